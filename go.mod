@@ -1,0 +1,8 @@
+module vmbusd
+
+go 1.26.0
+
+require (
+	github.com/google/uuid v1.6.0
+	golang.org/x/sys v0.50.0
+)
