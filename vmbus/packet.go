@@ -76,6 +76,9 @@ type Packet struct {
 	Offset8 uint16
 	Len8    uint16
 	Raw     []byte
+	// Cookie is the cookie of the request a completion answers
+	// (Channel.Recv); 0 otherwise.
+	Cookie uint64
 }
 
 // Payload returns the bytes after the header: [offset8*8, len8*8). Its length

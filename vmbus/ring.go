@@ -59,6 +59,16 @@ func (r *ring) used(w, rd uint32) uint32 {
 	return r.size - rd + w
 }
 
+// sharedUsed returns the bytes between the published indices, or -1 when
+// they are out of range.
+func (r *ring) sharedUsed() int {
+	w, rd := r.ctl.writeIndex.Load(), r.ctl.readIndex.Load()
+	if w >= r.size || rd >= r.size {
+		return -1
+	}
+	return int(r.used(w, rd))
+}
+
 // copyOut copies len(dst) bytes starting at data offset off, wrapping.
 func (r *ring) copyOut(dst []byte, off uint32) {
 	n := copy(dst, r.data[off:])

@@ -30,3 +30,10 @@ func controlOf(mem []byte) *ringControl {
 func aligned4(b []byte) bool {
 	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 == 0
 }
+
+// word32 returns the 4-byte word at off in shared memory, for atomic use.
+// off must be 4-aligned and inside b.
+func word32(b []byte, off int) *uint32 {
+	_ = b[off+3]
+	return (*uint32)(unsafe.Pointer(&b[off]))
+}

@@ -1,0 +1,236 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	bits32 "math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"vmbusd/vmbus"
+)
+
+// Host is a simulated Hyper-V host together with the guest kernel's
+// uio_hv_generic: it lays out a sysfs tree under a root directory, serves
+// each device's R/dev/uioN socket (the uio contract of DESIGN.md), and runs
+// the host end of every channel with the same vmbus ring code the guest
+// uses, following the host's rules: it masks the guest-to-host ring while
+// draining and re-checks after unmasking, interrupts the guest only on
+// empty to non-empty with the guest's mask clear, honours pending_send_sz,
+// scans the monitor page at the latency the guest sets, offers
+// sub-channels asynchronously and can rescind a device.
+//
+// A Host is safe for concurrent use.
+type Host struct {
+	cfg Config
+	log *slog.Logger
+
+	// The interrupt page and monitor page are global in the guest kernel
+	// (vmbus_connection), so every device maps the same two.
+	intFile, monFile *os.File
+	intPage, monPage []byte
+
+	mu        sync.Mutex
+	devs      map[vmbus.GUID]*Device
+	nextRelID uint32
+	nextUIO   int
+	nextMon   int
+	nextGPADL uint32
+	monitored map[int]*Channel // monitor id -> channel, while its device is open
+	monKick   chan struct{}
+	viol      map[string]uint64
+	closed    bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Config configures a Host.
+type Config struct {
+	// Root is the directory standing for "/" (keep it on tmpfs).
+	Root    string
+	Profile Profile
+	Logger  *slog.Logger
+	// MonitorScan is the monitor-page scan interval used for channels whose
+	// guest set no latency (Linux's comment: about 100 µs).
+	MonitorScan time.Duration
+}
+
+// New creates the tree under cfg.Root and returns a host with no devices.
+func New(cfg Config) (*Host, error) {
+	if cfg.Root == "" {
+		return nil, fmt.Errorf("sim: no root directory")
+	}
+	if cfg.MonitorScan == 0 {
+		cfg.MonitorScan = 100 * time.Microsecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Root = root
+	if err := initTree(root, cfg.Profile); err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, log: cfg.Logger.With("sim", "host"), devs: map[vmbus.GUID]*Device{},
+		nextRelID: 14, nextGPADL: 0xe1e10, monitored: map[int]*Channel{}, monKick: make(chan struct{}, 1),
+		viol: map[string]uint64{}}
+	if h.intFile, h.intPage, err = newMemFile("int_page", 4096); err != nil {
+		return nil, err
+	}
+	if h.monFile, h.monPage, err = newMemFile("monitor_page", vmbus.MonitorPageSize); err != nil {
+		h.intFile.Close()
+		return nil, err
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.wg.Add(1)
+	go h.runMonitor()
+	h.log.Info("simulated host started", "root", root, "profile", cfg.Profile.String())
+	return h, nil
+}
+
+// Root returns the absolute root directory.
+func (h *Host) Root() string { return h.cfg.Root }
+
+// Profile returns the kernel profile the host simulates.
+func (h *Host) Profile() Profile { return h.cfg.Profile }
+
+// Violations returns the protocol violations guests committed, by kind.
+func (h *Host) Violations() map[string]uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.viol)
+}
+
+// violation counts a rule a guest broke. It never stops the host.
+func (h *Host) violation(dev vmbus.GUID, what string) {
+	h.mu.Lock()
+	h.viol[what]++
+	n := h.viol[what]
+	h.mu.Unlock()
+	if n <= 3 || n&(n-1) == 0 { // log the first few, then at powers of two
+		h.log.Warn("guest protocol violation", "device", dev.String(), "what", what, "count", n)
+	}
+}
+
+// Devices returns the devices currently offered.
+func (h *Host) Devices() []*Device {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ds := slices.Collect(maps.Values(h.devs))
+	slices.SortFunc(ds, func(a, b *Device) int { return int(a.relid) - int(b.relid) })
+	return ds
+}
+
+// Device returns the offered device with the instance id, or nil.
+func (h *Host) Device(instance vmbus.GUID) *Device {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.devs[instance]
+}
+
+// Close rescinds every device and stops the host. The tree stays.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	devs := slices.Collect(maps.Values(h.devs))
+	h.mu.Unlock()
+	var first error
+	for _, d := range devs {
+		if err := d.Rescind(); err != nil && first == nil {
+			first = err
+		}
+	}
+	h.cancel()
+	h.wg.Wait()
+	unmapMem(h.intPage)
+	unmapMem(h.monPage)
+	h.intFile.Close()
+	h.monFile.Close()
+	h.log.Info("simulated host stopped")
+	return first
+}
+
+// registerMonitor makes the scanner watch a channel's monitor bit.
+func (h *Host) registerMonitor(id int, c *Channel) {
+	h.mu.Lock()
+	if c == nil {
+		delete(h.monitored, id)
+	} else {
+		h.monitored[id] = c
+	}
+	h.mu.Unlock()
+	select {
+	case h.monKick <- struct{}{}:
+	default:
+	}
+}
+
+// runMonitor is the host's periodic scan of the monitor page: it takes and
+// clears the pending bits and wakes the channels they belong to. It sleeps
+// the shortest latency the guests asked for (100 ns units in the page),
+// and not at all while no monitored channel is open.
+func (h *Host) runMonitor() {
+	defer h.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		n := len(h.monitored)
+		interval := time.Duration(0)
+		for id := range h.monitored {
+			if lat := vmbus.MonitorLatency(h.monPage, id); lat > 0 {
+				d := time.Duration(lat) * 100 * time.Nanosecond
+				if interval == 0 || d < interval {
+					interval = d
+				}
+			}
+		}
+		h.mu.Unlock()
+		if interval == 0 {
+			interval = h.cfg.MonitorScan
+		}
+		var wait <-chan time.Time
+		if n > 0 {
+			t.Reset(interval)
+			wait = t.C
+		}
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.monKick:
+			t.Stop()
+			continue
+		case <-wait:
+		}
+		for g := 0; g < vmbus.MaxMonitorID/32; g++ {
+			bits := vmbus.MonitorPending(h.monPage, g)
+			for bits != 0 {
+				b := bits32.TrailingZeros32(bits)
+				bits &^= 1 << b
+				id := g*32 + b
+				h.mu.Lock()
+				c := h.monitored[id]
+				h.mu.Unlock()
+				if c == nil {
+					h.violation(vmbus.GUID{}, "monitor bit set for a channel that is not open")
+					continue
+				}
+				c.guestSignal()
+			}
+		}
+	}
+}

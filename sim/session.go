@@ -1,0 +1,274 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"vmbusd/vmbus"
+)
+
+// Session is one open of a device by a guest: fresh rings, the host end of
+// the primary channel and of any sub-channels offered since, and the
+// device's Service running on them. It ends when the guest closes the
+// device or the host rescinds it.
+type Session struct {
+	dev      *Device
+	conn     *nodeConn
+	ringFile *os.File
+	ringMem  []byte
+	primary  *Channel
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	chans    []*Channel // primary first
+	stopped  bool
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+func newSession(d *Device, c *nodeConn, outSize, inSize int) (*Session, error) {
+	f, mem, err := newMemFile("txrx_rings", outSize+inSize)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{dev: d, conn: c, ringFile: f, ringMem: mem, done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(d.host.ctx)
+	ch, err := s.newChannel(d.relid, 0, d.mon, mem, outSize)
+	if err != nil {
+		unmapMem(mem)
+		f.Close()
+		return nil, err
+	}
+	s.primary = ch
+	s.chans = []*Channel{ch}
+	return s, nil
+}
+
+// newChannel initialises a channel's rings as the guest kernel's open does
+// (zeroed headers with the pending-send feature; masked before 6.18) and
+// attaches the host end. split is where the guest-to-host ring ends.
+func (s *Session) newChannel(relid uint32, sub uint16, mon int, mem []byte, split int) (*Channel, error) {
+	prof := s.dev.host.cfg.Profile
+	if err := vmbus.InitRingHeader(mem[:split]); err != nil {
+		return nil, err
+	}
+	if err := vmbus.InitRingHeader(mem[split:]); err != nil {
+		return nil, err
+	}
+	if prof.MasksOnInterrupt() {
+		setRingMask(mem[split:], true) // hv_uio_open / hv_uio_new_channel
+	}
+	c := &Channel{sess: s, relid: relid, sub: sub, mon: mon, mem: mem, split: split}
+	var err error
+	c.Channel, err = vmbus.NewChannel(vmbus.ChannelConfig{
+		RelID: relid, SubchannelID: sub, Ring: mem, Signaler: c, HostSide: true,
+		// The host reads whatever the guest may write; hv_sock's 16 KiB
+		// and netvsc's 375-range transfer packets fit easily.
+		MaxPacket:   min(split-vmbus.DataOffset()-8, 1<<20),
+		Interrupts:  true,
+		Mode:        vmbus.WaitInterrupt,
+		WakeTimeout: 100 * time.Millisecond,
+		Split:       split,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *Session) start() {
+	if s.primary.mon >= 0 {
+		s.dev.host.registerMonitor(s.primary.mon, s.primary)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		log := s.dev.host.log.With("device", s.dev.cfg.Instance.String())
+		log.Debug("service started", "pid", s.conn.PeerPID())
+		if err := s.dev.cfg.Service.Serve(s.ctx, s); err != nil && s.ctx.Err() == nil {
+			log.Warn("service stopped", "err", err)
+		}
+	}()
+}
+
+// stop ends the session: the service's context is cancelled, it is waited
+// for, and sub-channels and ring memory go away.
+func (s *Session) stop() {
+	s.stopOnce.Do(func() {
+		s.cancel()
+		s.mu.Lock()
+		s.stopped = true
+		chans := s.chans
+		s.mu.Unlock()
+		for _, c := range chans {
+			c.Kill(vmbus.ErrChannelClosed)
+		}
+		s.wg.Wait()
+		for _, c := range chans {
+			if c.mon >= 0 {
+				s.dev.host.registerMonitor(c.mon, nil)
+			}
+			if c.sub != 0 {
+				removeRingFile(s.dev.path, c.relid)
+				removeChannel(s.dev.path, c.relid)
+				if c.file != nil {
+					unmapMem(c.mem)
+					c.file.Close()
+				}
+			}
+		}
+		unmapMem(s.ringMem)
+		s.ringFile.Close()
+		close(s.done)
+	})
+}
+
+// Context is cancelled when the session ends.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Done is closed once the session has fully stopped.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Device returns the device the session belongs to.
+func (s *Session) Device() *Device { return s.dev }
+
+// Primary returns the host end of the primary channel.
+func (s *Session) Primary() *Channel { return s.primary }
+
+// Channels returns the primary and every sub-channel offered so far.
+func (s *Session) Channels() []*Channel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Channel(nil), s.chans...)
+}
+
+// GuestPID returns the pid of the process that opened the device.
+func (s *Session) GuestPID() int { return s.conn.PeerPID() }
+
+// Interrupts returns the cumulative interrupt count raised to the guest.
+func (s *Session) Interrupts() uint32 { return s.conn.Count() }
+
+// SubchannelOffer says how one offered sub-channel comes up.
+type SubchannelOffer struct {
+	// Delay before the kernel has opened it and its ring file appears.
+	Delay time.Duration
+	// NeverOpens: the channel directory appears but the ring never does
+	// (the kernel's vmbus_open failed, e.g. a high-order allocation).
+	NeverOpens bool
+}
+
+// OfferSubchannels offers sub-channels asynchronously, as Hyper-V does
+// after a guest's request: each channel directory appears at once, and its
+// ring file after the offer's delay, when the (simulated) kernel has opened
+// it. Every sub-channel whose ring appeared is sent on the returned channel,
+// which is closed when all offers are settled or the session ends.
+func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
+	out := make(chan *Channel, len(offers))
+	d, h := s.dev, s.dev.host
+	type pending struct {
+		relid uint32
+		mon   int
+		sub   uint16
+		offer SubchannelOffer
+	}
+	var ps []pending
+	h.mu.Lock()
+	s.mu.Lock()
+	base := len(s.chans)
+	for i, o := range offers {
+		p := pending{relid: h.nextRelID, mon: -1, sub: uint16(base + i), offer: o}
+		h.nextRelID++
+		if !d.cfg.NotMonitored && h.nextMon < vmbus.MaxMonitorID {
+			p.mon = h.nextMon
+			h.nextMon++
+		}
+		ps = append(ps, p)
+	}
+	s.mu.Unlock()
+	h.mu.Unlock()
+	for _, p := range ps {
+		if err := writeChannel(d.path, chanAttrs{RelID: p.relid, SubchannelID: p.sub, MonitorID: p.mon}); err != nil {
+			h.log.Warn("offer sub-channel", "err", err)
+		}
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		start := time.Now()
+		for _, p := range ps {
+			if p.offer.NeverOpens {
+				continue
+			}
+			select {
+			case <-time.After(time.Until(start.Add(p.offer.Delay))):
+			case <-s.ctx.Done():
+				return
+			}
+			c, err := s.openSubchannel(p.relid, p.sub, p.mon)
+			if err != nil {
+				h.log.Warn("open sub-channel", "relid", p.relid, "err", err)
+				continue
+			}
+			out <- c
+		}
+	}()
+	return out
+}
+
+// openSubchannel is the kernel's hv_uio_new_channel: open the channel with
+// 2 MiB rings, then make its ring file visible.
+func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, error) {
+	d := s.dev
+	size := 2 * d.cfg.SubchannelRingSize
+	f, mem, err := createRingFile(d.path, relid, size)
+	if err != nil {
+		return nil, err
+	}
+	// createRingFile made the file visible already zeroed; the headers are
+	// set before any guest can have mapped it meaningfully because the
+	// guest only uses a ring after reading subchannel_id and mapping, and
+	// a zeroed header is a valid empty ring.
+	c, err := s.newChannel(relid, sub, mon, mem, size/2)
+	if err != nil {
+		unmapMem(mem)
+		f.Close()
+		return nil, err
+	}
+	c.file = f
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		unmapMem(mem)
+		f.Close()
+		return nil, fmt.Errorf("session ended")
+	}
+	s.chans = append(s.chans, c)
+	s.mu.Unlock()
+	if mon >= 0 {
+		d.host.registerMonitor(mon, c)
+	}
+	return c, nil
+}
+
+// irqControl applies a guest's write to the uio fd per kernel profile
+// (hv_uio_irqcontrol; vmbus-uio.md §1.4).
+func (s *Session) irqControl(enable bool) {
+	prof := s.dev.host.cfg.Profile
+	targets := s.Channels()
+	if !prof.ControlAllChannels() {
+		targets = targets[:1]
+	}
+	for _, c := range targets {
+		setRingMask(c.mem[c.split:], !enable)
+		if enable && c.mon < 0 && prof.ControlSignalsHost() {
+			c.guestSignal()
+		}
+	}
+}

@@ -1,0 +1,313 @@
+//go:build linux
+
+package uio
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options tune Open.
+type Options struct {
+	// RingSizes, when either is non-zero, is sent right after connect as
+	// the 8-byte first message (u32 outbound, u32 inbound ring size in
+	// bytes, little-endian). Only the simulator's hv_sock channel devices
+	// take it (DESIGN.md); on a character device it is an error.
+	RingSizes [2]uint32
+
+	// HelloTimeout bounds the wait for the simulator's hello (connect
+	// included). Zero means DefaultHelloTimeout.
+	HelloTimeout time.Duration
+}
+
+// DefaultHelloTimeout is how long Open waits for the simulator's hello.
+// The simulator opens the channel before sending it, which may involve a
+// slow host reply, so it is generous.
+const DefaultHelloTimeout = 5 * time.Second
+
+// maxDrain bounds the reads of one drain, so that a flood of interrupts
+// cannot keep a waiter spinning; what is left is read by the next call.
+const maxDrain = 64
+
+// pollConn is what a Device needs of its node: *os.File for the character
+// device and *net.UnixConn for the simulator's socket. Reads go through the
+// RawConn so they wait in the Go netpoller.
+type pollConn interface {
+	SyscallConn() (syscall.RawConn, error)
+	SetReadDeadline(t time.Time) error
+	Write(b []byte) (int, error)
+	Close() error
+}
+
+// Device is an opened UIO device: its maps, mmapped, and its interrupt
+// node. It is safe for concurrent use, except that only one goroutine may
+// read the interrupt count (Wait or Poll) at a time. The zero value is not
+// usable; get one from Open.
+//
+// The map slices stay valid until Close. Close unmaps them, so every user
+// of the slices must be done with them before Close is called.
+type Device struct {
+	info Info
+	path string
+	sim  bool
+	conn pollConn
+	rc   syscall.RawConn
+	// msgLen is the read size: exactly 4 on the character device (uio
+	// rejects anything else), larger on the socket so that an over-long
+	// message is noticed rather than silently truncated.
+	msgLen int
+
+	count  atomic.Uint32 // last cumulative count seen
+	closed atomic.Bool
+
+	mu   sync.Mutex // guards mems and maps
+	mems [][]byte   // the mappings as mmapped, for munmap
+	maps [][]byte   // mems trimmed to the sysfs sizes
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// newDevice wraps an opened node and its mappings (mems in map order).
+// On error it closes conn and unmaps mems.
+func newDevice(info Info, path string, conn pollConn, sim bool, mems [][]byte) (*Device, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		munmapAll(mems)
+		return nil, fmt.Errorf("uio: open %s: %w", path, err)
+	}
+	d := &Device{info: info, path: path, sim: sim, conn: conn, rc: rc, msgLen: 4, mems: mems}
+	if sim {
+		d.msgLen = 8
+	}
+	d.maps = make([][]byte, len(mems))
+	for i, m := range mems {
+		d.maps[i] = trimMap(m, info.Maps[i].Size)
+	}
+	return d, nil
+}
+
+// Info returns the sysfs description the Device was opened with.
+func (d *Device) Info() Info {
+	i := d.info
+	i.Maps = append([]Map(nil), i.Maps...)
+	return i
+}
+
+// Simulated reports whether the node is the simulator's socket rather than
+// the kernel's character device.
+func (d *Device) Simulated() bool { return d.sim }
+
+// Maps returns every map, in index order, each as long as its sysfs size.
+// The memory is shared with the host (MAP_SHARED) and valid until Close;
+// after Close, Maps returns nil.
+func (d *Device) Maps() [][]byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([][]byte(nil), d.maps...)
+}
+
+// Map returns the map named name, matched as Info.MapByName does, or nil
+// when there is none or the Device is closed.
+func (d *Device) Map(name string) []byte {
+	m, ok := d.info.MapByName(name)
+	if !ok {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m.Index >= len(d.maps) {
+		return nil
+	}
+	return d.maps[m.Index]
+}
+
+// Count returns the last cumulative interrupt count seen by Wait or Poll
+// (0 before the first).
+func (d *Device) Count() uint32 { return d.count.Load() }
+
+// Wait blocks until the cumulative interrupt count differs from the last one
+// this Device saw, then returns the newest count. It reads every queued
+// notification before returning, so several coalesced interrupts give one
+// wake-up. It waits in the Go netpoller, not on a thread.
+//
+// Wait returns ctx.Err() when ctx ends first, an error wrapping ErrRescinded
+// when the device goes away, and one matching os.ErrClosed and net.ErrClosed
+// when the Device is closed, also while Wait is blocked. With an error, the
+// count returned is still the newest seen (notifications read before a
+// rescind count).
+func (d *Device) Wait(ctx context.Context) (uint32, error) {
+	if d.closed.Load() {
+		return d.count.Load(), d.closedErr("wait")
+	}
+	if err := ctx.Err(); err != nil {
+		return d.count.Load(), err
+	}
+	if ctx.Done() != nil {
+		// Cancellation expires the read deadline, which wakes the
+		// netpoller; the deadline is cleared again before returning.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			defer close(fired)
+			d.conn.SetReadDeadline(time.Unix(1, 0))
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+			}
+			d.conn.SetReadDeadline(time.Time{})
+		}()
+	}
+	for {
+		c, changed, err := d.read("wait", true)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if cerr := ctx.Err(); cerr != nil {
+				return c, cerr
+			}
+			// Not ours: ctx is cancelled before its AfterFunc runs.
+			d.conn.SetReadDeadline(time.Time{})
+			continue
+		}
+		if err != nil || changed {
+			return c, err
+		}
+	}
+}
+
+// Poll reads every queued notification without blocking and returns the
+// newest count and whether it differs from the last one seen. Errors are
+// those of Wait.
+func (d *Device) Poll() (count uint32, changed bool, err error) {
+	if d.closed.Load() {
+		return d.count.Load(), false, d.closedErr("poll")
+	}
+	return d.read("poll", false)
+}
+
+// read drains queued notifications (at most maxDrain) and, when block is
+// set and none of them changed the count, waits in the netpoller for more.
+// A deadline expiry is returned as os.ErrDeadlineExceeded, unwrapped.
+func (d *Device) read(op string, block bool) (count uint32, changed bool, err error) {
+	last := d.count.Load()
+	newest, got := last, false
+	var buf [8]byte
+	var ioErr error
+	pollErr := d.rc.Read(func(fd uintptr) bool {
+		for range maxDrain {
+			n, err := unix.Read(int(fd), buf[:d.msgLen])
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return !block || (got && newest != last)
+			case err != nil:
+				ioErr = err
+				return true
+			case n == 0:
+				ioErr = io.EOF // the socket's peer closed it
+				return true
+			case n != 4:
+				ioErr = fmt.Errorf("notification of %d bytes, want 4", n)
+				return true
+			}
+			newest, got = binary.LittleEndian.Uint32(buf[:4]), true
+		}
+		return true
+	})
+	if got {
+		d.count.Store(newest)
+	}
+	changed = got && newest != last
+	switch {
+	case d.closed.Load() && (pollErr != nil || ioErr != nil):
+		return newest, changed, d.closedErr(op)
+	case errors.Is(pollErr, os.ErrDeadlineExceeded):
+		return newest, changed, os.ErrDeadlineExceeded
+	case pollErr != nil:
+		// The netpoller reports an EPOLLERR-only event as "not
+		// pollable" without calling us; on /dev/uioN that is the
+		// rescind (uio_poll; vmbus-uio.md §1.5).
+		return newest, changed, fmt.Errorf("uio: %s %s: %w (%w)", op, d.path, ErrRescinded, pollErr)
+	case ioErr != nil:
+		return newest, changed, d.ioError(op, ioErr)
+	}
+	return newest, changed, nil
+}
+
+// IRQControl writes the 4-byte irqcontrol value, 1 to enable interrupts or
+// 0 to disable them. What that does depends on the kernel (vmbus-uio.md
+// §1.4): 1 also signals the host on a channel without a monitor.
+func (d *Device) IRQControl(enable bool) error {
+	if d.closed.Load() {
+		return d.closedErr("irqcontrol")
+	}
+	var b [4]byte
+	if enable {
+		binary.LittleEndian.PutUint32(b[:], 1)
+	}
+	if _, err := d.conn.Write(b[:]); err != nil {
+		return d.ioError("irqcontrol", err)
+	}
+	return nil
+}
+
+// Close unmaps every map and closes the node, which closes the channel
+// (the last close of /dev/uioN; vmbus-uio.md §1.6). A Wait blocked in
+// another goroutine returns an error matching os.ErrClosed and
+// net.ErrClosed. Close is idempotent: later calls return the first result.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		d.closed.Store(true)
+		err := d.conn.Close()
+		d.mu.Lock()
+		mems := d.mems
+		d.mems, d.maps = nil, nil
+		d.mu.Unlock()
+		if uerr := munmapAll(mems); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			d.closeErr = fmt.Errorf("uio: close %s: %w", d.path, err)
+		}
+	})
+	return d.closeErr
+}
+
+func (d *Device) closedErr(op string) error {
+	return fmt.Errorf("uio: %s %s: %w", op, d.path, errClosed)
+}
+
+// ioError classifies an error from reading or writing the node.
+func (d *Device) ioError(op string, err error) error {
+	if d.closed.Load() {
+		return d.closedErr(op)
+	}
+	if isRescind(err) {
+		return fmt.Errorf("uio: %s %s: %w (%w)", op, d.path, ErrRescinded, err)
+	}
+	return fmt.Errorf("uio: %s %s: %w", op, d.path, err)
+}
+
+// isRescind reports whether err means the device is gone: EIO from
+// /dev/uioN after a rescind (uio.c uio_read/uio_write; vmbus-uio.md §1.9),
+// ENODEV once the device is unregistered, and end-of-file, ECONNRESET or
+// EPIPE on the simulator's socket (DESIGN.md).
+func isRescind(err error) bool {
+	for _, e := range []error{unix.EIO, unix.ENODEV, unix.ECONNRESET, unix.EPIPE, io.EOF} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,505 @@
+package vmbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Channel is one VMBus channel as the guest sees it: an outbound ring the
+// guest writes, an inbound ring it reads, and a way to signal the host.
+//
+// Sending and receiving are separate paths that may run on two goroutines:
+// Send, SendRequest, SendCompletion, Flush and WaitWritable belong to the
+// sending goroutine; Recv, CommitRecv and WaitReadable to the receiving one.
+// Stats and Err are safe from anywhere.
+//
+//	send:  Send ... Send, Flush (one commit, at most one signal)
+//	       full? WaitWritable (pending_send_sz, re-check, block)
+//	recv:  Recv ... Recv (ErrRingEmpty), CommitRecv (signal a blocked host)
+//	       WaitReadable (unmask, re-check, block; mask again on wake-up)
+
+// WaitMode chooses how a channel's owner waits for the host.
+type WaitMode int
+
+const (
+	// WaitInterrupt unmasks, re-checks the ring and sleeps on the device's
+	// interrupt fd: no CPU while idle.
+	WaitInterrupt WaitMode = iota
+	// WaitPoll spins on the ring: the lowest latency, one core at 100%.
+	WaitPoll
+)
+
+func (m WaitMode) String() string {
+	if m == WaitPoll {
+		return "poll"
+	}
+	return "interrupt"
+}
+
+// ErrTooManyRequests is returned by SendRequest when every request slot is
+// waiting for its completion.
+var ErrTooManyRequests = errors.New("vmbus: too many outstanding requests")
+
+// ChannelConfig describes a channel to NewChannel.
+type ChannelConfig struct {
+	RelID        uint32
+	SubchannelID uint16
+	// Ring is the channel's ring mapping: the outbound (guest to host) ring
+	// first, the inbound ring after it (uio map 0, or a sub-channel's ring
+	// file).
+	Ring     []byte
+	Signaler Signaler
+	// MaxPacket bounds inbound packets (len8*8); 0 means DefaultMaxPacket.
+	MaxPacket int
+	// Requests is the size of the request-id table; 0 when the host is
+	// never expected to send a completion.
+	Requests int
+	// Interrupts says whether host interrupts for this channel reach the
+	// device's interrupt fd. When false, waits poll every PollInterval.
+	Interrupts   bool
+	PollInterval time.Duration
+	// WakeTimeout bounds a blocked wait: when it expires the ring is
+	// checked again, and finding work then counts a missed wake-up.
+	WakeTimeout time.Duration
+	Mode        WaitMode
+	// Split is where the outbound ring ends and the inbound one starts in
+	// Ring; 0 means half. hv_sock openers choose two sizes.
+	Split int
+	// HostSide attaches from the host's end: the first half of Ring is
+	// then the inbound ring and the second the outbound one. The ring
+	// rules are symmetric, so the simulated host runs this same code.
+	HostSide bool
+}
+
+// Defaults for ChannelConfig.
+const (
+	DefaultMaxPacket    = 64*1024 + 4096
+	DefaultPollInterval = 200 * time.Microsecond
+	DefaultWakeTimeout  = 250 * time.Millisecond
+)
+
+// ChannelStats are a channel's counters. Each is written by one goroutine
+// (the sending or the receiving side) and read at any time.
+type ChannelStats struct {
+	TxPackets     uint64 // packets written to the outbound ring
+	TxBytes       uint64 // their ring bytes, trailers included
+	TxCommits     uint64 // Flushes that published packets
+	TxSignals     uint64 // signals raised to the host
+	TxFullWaits   uint64 // times a sender waited for space
+	RxPackets     uint64 // packets read from the inbound ring
+	RxBytes       uint64
+	RxCommits     uint64 // read-index publications
+	RxSignals     uint64 // signals to a host blocked on a full ring
+	Wakeups       uint64 // blocked waits ended by an interrupt
+	MissedWakeups uint64 // blocked waits that found work only on their timeout
+	IdleWaits     uint64 // times a waiter went to sleep
+}
+
+type counter struct{ v atomic.Uint64 }
+
+// add is for a counter with a single writer: a plain load and store, no
+// locked instruction on the hot path.
+func (c *counter) add(n uint64) { c.v.Store(c.v.Load() + n) }
+func (c *counter) load() uint64 { return c.v.Load() }
+
+// Channel is safe for use by one sending and one receiving goroutine.
+type Channel struct {
+	relID uint32
+	subID uint16
+	out   *OutRing
+	in    *InRing
+	sig   Signaler
+	cfg   ChannelConfig
+	buf   []byte // private copy of the packet being parsed
+
+	reqMu sync.Mutex
+	reqs  *Requests
+
+	wakeRx, wakeTx chan struct{} // one token per device interrupt
+	rxTimer        *time.Timer
+	txTimer        *time.Timer
+
+	dead     chan struct{}
+	deadOnce sync.Once
+	err      atomic.Pointer[error]
+
+	txPackets, txBytes, txCommits, txSignals, txFullWaits counter
+	rxPackets, rxBytes, rxCommits, rxSignals              counter
+	wakeups, missed, idleWaits                            counter // both sides: atomic adds
+}
+
+// NewChannel attaches to a channel's ring pair.
+func NewChannel(cfg ChannelConfig) (*Channel, error) {
+	if cfg.Split == 0 {
+		cfg.Split = len(cfg.Ring) / 2
+	}
+	if cfg.Split <= 0 || cfg.Split >= len(cfg.Ring) {
+		return nil, fmt.Errorf("vmbus: channel %d: ring mapping of %d bytes split at %d", cfg.RelID, len(cfg.Ring), cfg.Split)
+	}
+	if cfg.Signaler == nil {
+		return nil, fmt.Errorf("vmbus: channel %d: no signaler", cfg.RelID)
+	}
+	if cfg.MaxPacket == 0 {
+		cfg.MaxPacket = DefaultMaxPacket
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.WakeTimeout == 0 {
+		cfg.WakeTimeout = DefaultWakeTimeout
+	}
+	half := cfg.Split
+	outMem, inMem := cfg.Ring[:half:half], cfg.Ring[half:]
+	if cfg.HostSide {
+		outMem, inMem = inMem, outMem
+	}
+	out, err := NewOutRing(outMem)
+	if err != nil {
+		return nil, fmt.Errorf("vmbus: channel %d outbound ring: %w", cfg.RelID, err)
+	}
+	in, err := NewInRing(inMem, cfg.MaxPacket)
+	if err != nil {
+		return nil, fmt.Errorf("vmbus: channel %d inbound ring: %w", cfg.RelID, err)
+	}
+	c := &Channel{
+		relID: cfg.RelID, subID: cfg.SubchannelID, out: out, in: in, sig: cfg.Signaler, cfg: cfg,
+		buf:    make([]byte, in.MaxPacket()),
+		wakeRx: make(chan struct{}, 1), wakeTx: make(chan struct{}, 1),
+		rxTimer: newStoppedTimer(), txTimer: newStoppedTimer(),
+		dead: make(chan struct{}),
+	}
+	if cfg.Requests > 0 {
+		c.reqs = NewRequests(cfg.Requests)
+	}
+	// Masked except while blocked in WaitReadable: the host need not
+	// interrupt a guest that is draining or polling (the kernel masks at
+	// open too before 6.18). A channel without interrupt delivery stays
+	// masked for good.
+	c.in.SetInterruptMask(true)
+	return c, nil
+}
+
+func newStoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// RelID returns the channel's relative id; SubchannelID its index (0 for
+// the primary).
+func (c *Channel) RelID() uint32        { return c.relID }
+func (c *Channel) SubchannelID() uint16 { return c.subID }
+
+// Out and In expose the rings for callers that batch by hand.
+func (c *Channel) Out() *OutRing { return c.out }
+func (c *Channel) In() *InRing   { return c.in }
+
+// Mode returns the wait mode the channel was configured with.
+func (c *Channel) Mode() WaitMode { return c.cfg.Mode }
+
+// Err returns why the channel died (a *CorruptError, the device's rescind
+// or close), or nil while it is alive.
+func (c *Channel) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Dead is closed when the channel dies.
+func (c *Channel) Dead() <-chan struct{} { return c.dead }
+
+// Kill marks the channel dead with err; the first error wins. Waiters wake.
+func (c *Channel) Kill(err error) {
+	c.deadOnce.Do(func() {
+		c.err.Store(&err)
+		close(c.dead)
+	})
+}
+
+// check turns a ring error into the channel's death when it is corruption.
+func (c *Channel) check(err error) error {
+	if err == nil || err == ErrRingEmpty {
+		return err
+	}
+	if _, ok := IsCorrupt(err); ok {
+		c.Kill(err)
+		return err
+	}
+	if e := c.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+// Notify wakes the channel's waiters to re-check their rings: the device
+// calls it for every interrupt; the simulated host for every guest signal.
+func (c *Channel) Notify() {
+	select {
+	case c.wakeRx <- struct{}{}:
+	default:
+	}
+	select {
+	case c.wakeTx <- struct{}{}:
+	default:
+	}
+}
+
+// Send writes one packet to the outbound ring without publishing it; see
+// OutRing.Write. A *RingFullError means: Flush, WaitWritable, retry.
+func (c *Channel) Send(typ PacketType, flags uint16, id uint64, hdr []byte, payload ...[]byte) error {
+	if e := c.Err(); e != nil {
+		return e
+	}
+	before := c.out.next
+	if err := c.out.Write(typ, flags, id, hdr, payload...); err != nil {
+		return c.check(err)
+	}
+	c.txPackets.add(1)
+	c.txBytes.add(uint64(c.out.r.used(c.out.next, before)))
+	return nil
+}
+
+// SendInband writes an inband packet (no completion requested).
+func (c *Channel) SendInband(id uint64, payload ...[]byte) error {
+	return c.Send(PacketInband, 0, id, nil, payload...)
+}
+
+// SendRequest writes a packet that asks for a completion, under a fresh
+// request id that carries cookie; the completion returns it in
+// Packet.Cookie. It returns ErrTooManyRequests when the table is full.
+func (c *Channel) SendRequest(typ PacketType, cookie uint64, hdr []byte, payload ...[]byte) (uint64, error) {
+	if c.reqs == nil {
+		return 0, fmt.Errorf("vmbus: channel %d has no request table", c.relID)
+	}
+	c.reqMu.Lock()
+	id, ok := c.reqs.Alloc(cookie)
+	c.reqMu.Unlock()
+	if !ok {
+		return 0, ErrTooManyRequests
+	}
+	if err := c.Send(typ, FlagCompletionRequested, id, hdr, payload...); err != nil {
+		c.reqMu.Lock()
+		c.reqs.Complete(id)
+		c.reqMu.Unlock()
+		return 0, err
+	}
+	return id, nil
+}
+
+// InFlight returns the requests waiting for a completion.
+func (c *Channel) InFlight() int {
+	if c.reqs == nil {
+		return 0
+	}
+	c.reqMu.Lock()
+	defer c.reqMu.Unlock()
+	return c.reqs.InFlight()
+}
+
+// CancelRequests forgets every outstanding request (teardown), calling fn
+// with each cookie.
+func (c *Channel) CancelRequests(fn func(cookie uint64)) {
+	if c.reqs == nil {
+		return
+	}
+	c.reqMu.Lock()
+	defer c.reqMu.Unlock()
+	c.reqs.Cancel(fn)
+}
+
+// SendCompletion answers a packet that requested one: type completion,
+// the same transaction id, no flags.
+func (c *Channel) SendCompletion(id uint64, payload ...[]byte) error {
+	return c.Send(PacketCompletion, 0, id, nil, payload...)
+}
+
+// Flush publishes everything sent since the last Flush and signals the host
+// if the ring rules say so (empty to non-empty, host not masked).
+func (c *Channel) Flush() error {
+	if c.out.Pending() == 0 {
+		return c.Err()
+	}
+	c.txCommits.add(1)
+	if c.out.Commit() {
+		c.txSignals.add(1)
+		if err := c.sig.Signal(); err != nil {
+			return fmt.Errorf("vmbus: channel %d: signal host: %w", c.relID, err)
+		}
+	}
+	return c.Err()
+}
+
+// Recv returns the next inbound packet, copied out of the ring into a
+// buffer the channel owns; it stays valid until the next Recv. Completions
+// are matched against the request table and carry the request's cookie.
+// ErrRingEmpty means nothing is waiting; a *CorruptError kills the channel.
+func (c *Channel) Recv() (Packet, error) {
+	if e := c.Err(); e != nil {
+		return Packet{}, e
+	}
+	before := c.in.next
+	p, err := c.in.Read(c.buf)
+	if err != nil {
+		return Packet{}, c.check(err)
+	}
+	c.rxPackets.add(1)
+	c.rxBytes.add(uint64(c.in.r.used(c.in.next, before)))
+	if p.Type == PacketCompletion && c.reqs != nil {
+		c.reqMu.Lock()
+		cookie, err := c.reqs.Complete(p.TransID)
+		c.reqMu.Unlock()
+		if err != nil {
+			return Packet{}, c.check(err)
+		}
+		p.Cookie = cookie
+	}
+	return p, nil
+}
+
+// CommitRecv releases the packets read so far to the host and signals it
+// when it was blocked waiting for that space.
+func (c *Channel) CommitRecv() error {
+	if c.in.next == c.in.committed {
+		return nil
+	}
+	c.rxCommits.add(1)
+	if c.in.Commit() {
+		c.rxSignals.add(1)
+		if err := c.sig.Signal(); err != nil {
+			return fmt.Errorf("vmbus: channel %d: signal host: %w", c.relID, err)
+		}
+	}
+	return nil
+}
+
+// WaitReadable returns when the inbound ring has data, the channel dies or
+// ctx ends. In interrupt mode it clears the mask, checks the ring once more
+// (a packet that arrived before the unmask raised no interrupt), then
+// blocks; it masks again before returning so the host does not interrupt
+// the draining that follows.
+func (c *Channel) WaitReadable(ctx context.Context) error {
+	if c.in.Available() > 0 {
+		return nil
+	}
+	if err := c.in.Err(); err != nil {
+		return c.check(err)
+	}
+	if c.cfg.Mode == WaitPoll {
+		return c.spin(ctx, func() bool { return c.in.Available() > 0 || c.in.Err() != nil })
+	}
+	if !c.cfg.Interrupts {
+		return c.sleepPoll(ctx, c.rxTimer, func() bool { return c.in.Available() > 0 || c.in.Err() != nil })
+	}
+	c.in.SetInterruptMask(false)
+	defer c.in.SetInterruptMask(true)
+	return c.block(ctx, c.wakeRx, c.rxTimer, func() bool { return c.in.Available() > 0 || c.in.Err() != nil })
+}
+
+// WaitWritable returns when the outbound ring has more than need bytes
+// free. Blocked, it asks the host for a signal through pending_send_sz
+// (when the host supports it), then re-checks before sleeping.
+func (c *Channel) WaitWritable(ctx context.Context, need int) error {
+	if c.out.Free() > need {
+		return nil
+	}
+	if err := c.out.Err(); err != nil {
+		return c.check(err)
+	}
+	c.txFullWaits.add(1)
+	ready := func() bool { return c.out.Free() > need || c.out.Err() != nil }
+	if c.cfg.Mode == WaitPoll {
+		return c.spin(ctx, ready)
+	}
+	if !c.cfg.Interrupts || !c.out.PendingSendSupported() {
+		return c.sleepPoll(ctx, c.txTimer, ready)
+	}
+	c.out.SetPendingSend(need + trailerSize)
+	defer c.out.ClearPendingSend()
+	return c.block(ctx, c.wakeTx, c.txTimer, ready)
+}
+
+func (c *Channel) spin(ctx context.Context, ready func() bool) error {
+	for n := 0; !ready(); n++ {
+		if n%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := c.Err(); err != nil {
+				return err
+			}
+			runtime.Gosched()
+		}
+	}
+	return c.check(c.ringErr())
+}
+
+func (c *Channel) sleepPoll(ctx context.Context, t *time.Timer, ready func() bool) error {
+	for !ready() {
+		t.Reset(c.cfg.PollInterval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.dead:
+			t.Stop()
+			return c.Err()
+		}
+	}
+	return c.check(c.ringErr())
+}
+
+// block re-checks after the caller's unmask or pending-size store, then
+// sleeps until an interrupt, the fallback timeout, death or ctx.
+func (c *Channel) block(ctx context.Context, wake chan struct{}, t *time.Timer, ready func() bool) error {
+	for !ready() {
+		c.idleWaits.v.Add(1)
+		t.Reset(c.cfg.WakeTimeout)
+		select {
+		case <-wake:
+			t.Stop()
+			c.wakeups.v.Add(1)
+		case <-t.C:
+			if ready() {
+				c.missed.v.Add(1)
+			}
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.dead:
+			t.Stop()
+			return c.Err()
+		}
+	}
+	return c.check(c.ringErr())
+}
+
+func (c *Channel) ringErr() error {
+	if err := c.in.Err(); err != nil {
+		return err
+	}
+	return c.out.Err()
+}
+
+// Stats returns a snapshot of the channel's counters.
+func (c *Channel) Stats() ChannelStats {
+	return ChannelStats{
+		TxPackets: c.txPackets.load(), TxBytes: c.txBytes.load(), TxCommits: c.txCommits.load(),
+		TxSignals: c.txSignals.load(), TxFullWaits: c.txFullWaits.load(),
+		RxPackets: c.rxPackets.load(), RxBytes: c.rxBytes.load(), RxCommits: c.rxCommits.load(),
+		RxSignals: c.rxSignals.load(),
+		Wakeups:   c.wakeups.load(), MissedWakeups: c.missed.load(), IdleWaits: c.idleWaits.load(),
+	}
+}
+
+// RingUsage reports the bytes waiting in each ring, read from the shared
+// indices as they are now (for metrics; any goroutine).
+func (c *Channel) RingUsage() (outbound, inbound int) {
+	return c.out.r.sharedUsed(), c.in.r.sharedUsed()
+}
