@@ -184,7 +184,7 @@ func (g *rawUIOGuest) waitReadable() {
 	})
 }
 
-type openCall struct {
+type nodeOpenCall struct {
 	c       *nodeConn
 	out, in uint32
 }
@@ -195,7 +195,7 @@ type testUIOHost struct {
 	n          *node
 	path       string
 	mems       [][]byte
-	opens      chan openCall
+	opens      chan nodeOpenCall
 	controls   chan uint32
 	closed     chan *nodeConn
 	violations chan string
@@ -214,7 +214,7 @@ func newTestUIOHost(t *testing.T, o testUIOHostOpts) *testUIOHost {
 	t.Helper()
 	h := &testUIOHost{
 		path:       filepath.Join(t.TempDir(), "uio0"),
-		opens:      make(chan openCall, 64),
+		opens:      make(chan nodeOpenCall, 64),
 		controls:   make(chan uint32, 64),
 		closed:     make(chan *nodeConn, 64),
 		violations: make(chan string, 64),
@@ -233,7 +233,7 @@ func newTestUIOHost(t *testing.T, o testUIOHostOpts) *testUIOHost {
 		Path:          h.path,
 		WantRingSizes: o.wantRingSizes,
 		Open: func(c *nodeConn, out, in uint32) ([]*os.File, error) {
-			h.opens <- openCall{c, out, in}
+			h.opens <- nodeOpenCall{c, out, in}
 			if o.onOpen != nil {
 				o.onOpen(c)
 			}
@@ -254,14 +254,14 @@ func newTestUIOHost(t *testing.T, o testUIOHostOpts) *testUIOHost {
 	return h
 }
 
-func (h *testUIOHost) waitOpen(t *testing.T) openCall {
+func (h *testUIOHost) waitOpen(t *testing.T) nodeOpenCall {
 	t.Helper()
 	select {
 	case o := <-h.opens:
 		return o
 	case <-time.After(5 * time.Second):
 		t.Fatal("Open not called")
-		return openCall{}
+		return nodeOpenCall{}
 	}
 }
 
@@ -307,9 +307,9 @@ func (h *testUIOHost) expectNoViolation(t *testing.T) {
 	}
 }
 
-// checkGoroutines fails the test if goroutines started during it are still
+// checkNodeGoroutines fails the test if goroutines started during it are still
 // running at its end (after the cleanups registered later have run).
-func checkGoroutines(t *testing.T) {
+func checkNodeGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
 		deadline := time.Now().Add(2 * time.Second)
@@ -325,7 +325,7 @@ func checkGoroutines(t *testing.T) {
 }
 
 func TestNodeHelloPassesMapsThatShareMemory(t *testing.T) {
-	checkGoroutines(t)
+	checkNodeGoroutines(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{2 * 4096, 4096}})
 	g := dialRawUIOGuest(t, h.path)
 	o := h.waitOpen(t)
@@ -440,7 +440,7 @@ func TestNodeNotifyDuringOpenFollowsHello(t *testing.T) {
 }
 
 func TestNodeSecondConcurrentConnectIsViolationAndFirstKeepsWorking(t *testing.T) {
-	checkGoroutines(t)
+	checkNodeGoroutines(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
 	g1 := dialRawUIOGuest(t, h.path)
 	c1 := h.waitOpen(t).c
@@ -468,7 +468,7 @@ func TestNodeSecondConcurrentConnectIsViolationAndFirstKeepsWorking(t *testing.T
 }
 
 func TestNodeReconnectGetsFreshOpen(t *testing.T) {
-	checkGoroutines(t)
+	checkNodeGoroutines(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
 	g1 := dialRawUIOGuest(t, h.path)
 	c1 := h.waitOpen(t).c
@@ -543,7 +543,7 @@ func TestNodeReconnectWhileOldReaderUnwindsIsNotViolation(t *testing.T) {
 }
 
 func TestNodeCloseGivesGuestEOF(t *testing.T) {
-	checkGoroutines(t)
+	checkNodeGoroutines(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
 	g := dialRawUIOGuest(t, h.path)
 	c := h.waitOpen(t).c

@@ -32,8 +32,13 @@ type Session struct {
 	done     chan struct{}
 }
 
+// newSession opens the primary channel. Its rings live in the channel's
+// sysfs ring file, which is also what the guest maps as uio map 0: on a real
+// system both are views of the same pages.
 func newSession(d *Device, c *nodeConn, outSize, inSize int) (*Session, error) {
-	f, mem, err := newMemFile("txrx_rings", outSize+inSize)
+	prof := d.host.cfg.Profile
+	removeRingFile(d.path, d.relid) // a previous open's, if any
+	f, mem, err := createRingFile(d.path, d.relid, outSize+inSize, func(m []byte) error { return initRings(prof, m, outSize) })
 	if err != nil {
 		return nil, err
 	}
@@ -41,6 +46,7 @@ func newSession(d *Device, c *nodeConn, outSize, inSize int) (*Session, error) {
 	s.ctx, s.cancel = context.WithCancel(d.host.ctx)
 	ch, err := s.newChannel(d.relid, 0, d.mon, mem, outSize)
 	if err != nil {
+		removeRingFile(d.path, d.relid)
 		unmapMem(mem)
 		f.Close()
 		return nil, err
@@ -50,20 +56,26 @@ func newSession(d *Device, c *nodeConn, outSize, inSize int) (*Session, error) {
 	return s, nil
 }
 
-// newChannel initialises a channel's rings as the guest kernel's open does
-// (zeroed headers with the pending-send feature; masked before 6.18) and
-// attaches the host end. split is where the guest-to-host ring ends.
-func (s *Session) newChannel(relid uint32, sub uint16, mon int, mem []byte, split int) (*Channel, error) {
-	prof := s.dev.host.cfg.Profile
+// initRings prepares a channel's rings as the guest kernel's vmbus_open
+// does: zeroed headers advertising the pending-send feature
+// (hv_ringbuffer_init), and, before 6.18, the inbound ring masked
+// (hv_uio_open, hv_uio_new_channel). split is where the guest-to-host ring
+// ends.
+func initRings(prof Profile, mem []byte, split int) error {
 	if err := vmbus.InitRingHeader(mem[:split]); err != nil {
-		return nil, err
+		return err
 	}
 	if err := vmbus.InitRingHeader(mem[split:]); err != nil {
-		return nil, err
+		return err
 	}
 	if prof.MasksOnInterrupt() {
-		setRingMask(mem[split:], true) // hv_uio_open / hv_uio_new_channel
+		setRingMask(mem[split:], true)
 	}
+	return nil
+}
+
+// newChannel attaches the host end to initialised rings.
+func (s *Session) newChannel(relid uint32, sub uint16, mon int, mem []byte, split int) (*Channel, error) {
 	c := &Channel{sess: s, relid: relid, sub: sub, mon: mon, mem: mem, split: split}
 	var err error
 	c.Channel, err = vmbus.NewChannel(vmbus.ChannelConfig{
@@ -114,8 +126,8 @@ func (s *Session) stop() {
 			if c.mon >= 0 {
 				s.dev.host.registerMonitor(c.mon, nil)
 			}
+			removeRingFile(s.dev.path, c.relid)
 			if c.sub != 0 {
-				removeRingFile(s.dev.path, c.relid)
 				removeChannel(s.dev.path, c.relid)
 				if c.file != nil {
 					unmapMem(c.mem)
@@ -227,14 +239,11 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, error) {
 	d := s.dev
 	size := 2 * d.cfg.SubchannelRingSize
-	f, mem, err := createRingFile(d.path, relid, size)
+	prof := d.host.cfg.Profile
+	f, mem, err := createRingFile(d.path, relid, size, func(m []byte) error { return initRings(prof, m, size/2) })
 	if err != nil {
 		return nil, err
 	}
-	// createRingFile made the file visible already zeroed; the headers are
-	// set before any guest can have mapped it meaningfully because the
-	// guest only uses a ring after reading subchannel_id and mapping, and
-	// a zeroed header is a valid empty ring.
 	c, err := s.newChannel(relid, sub, mon, mem, size/2)
 	if err != nil {
 		unmapMem(mem)

@@ -413,9 +413,13 @@ func readUintAttr(path string) (uint64, error) {
 // IN_MOVED_TO "ring" and finds it complete. The channel directory must
 // exist; an existing ring file is an error.
 //
+// init, when not nil, prepares the memory before the file becomes visible
+// (the kernel opens the channel, initialising its ring headers, before it
+// creates the attribute).
+//
 // The caller owns f and mem (close f; unmapMem(mem)). Removing the file
 // (removeRingFile) does not invalidate either.
-func createRingFile(devDir string, relid uint32, size int) (f *os.File, mem []byte, err error) {
+func createRingFile(devDir string, relid uint32, size int, init func(mem []byte) error) (f *os.File, mem []byte, err error) {
 	if size <= 0 {
 		return nil, nil, fmt.Errorf("sim: ring %d: size %d, want > 0", relid, size)
 	}
@@ -440,6 +444,11 @@ func createRingFile(devDir string, relid uint32, size int) (f *os.File, mem []by
 	m, err = unix.Mmap(int(tf.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fail(fmt.Errorf("mmap: %w", err))
+	}
+	if init != nil {
+		if err := init(m); err != nil {
+			return fail(err)
+		}
 	}
 	if err := renameNoReplace(tf.Name(), filepath.Join(dir, "ring")); err != nil {
 		return fail(err)

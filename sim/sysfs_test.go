@@ -17,13 +17,13 @@ import (
 )
 
 var (
-	testNICInstance = vmbus.MustParseGUID("ed963694-e847-4b2a-85af-bc9cfc11d6f3")
-	testFCInstance  = vmbus.MustParseGUID("eb765408-105f-49b6-b4aa-c123b64d17d4")
+	sysfsTestNIC   = vmbus.MustParseGUID("ed963694-e847-4b2a-85af-bc9cfc11d6f3")
+	sysfsTestFCopy = vmbus.MustParseGUID("eb765408-105f-49b6-b4aa-c123b64d17d4")
 )
 
-const testVMBusRealDir = "sys/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00"
+const sysfsTestVMBusDir = "sys/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00"
 
-func newTestTree(t *testing.T) string {
+func sysfsTestTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	if err := initTree(root, DefaultProfile); err != nil {
@@ -32,7 +32,7 @@ func newTestTree(t *testing.T) string {
 	return root
 }
 
-func readTestFile(t *testing.T, path string) string {
+func sysfsReadFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -41,21 +41,21 @@ func readTestFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func wantFile(t *testing.T, path, want string) {
+func sysfsWantFile(t *testing.T, path, want string) {
 	t.Helper()
-	if got := readTestFile(t, path); got != want {
+	if got := sysfsReadFile(t, path); got != want {
 		t.Errorf("%s = %q, want %q", path, got, want)
 	}
 }
 
-func wantAbsent(t *testing.T, path string) {
+func sysfsWantAbsent(t *testing.T, path string) {
 	t.Helper()
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s: %v, want absent", path, err)
 	}
 }
 
-func wantMode(t *testing.T, path string, want fs.FileMode) {
+func sysfsWantMode(t *testing.T, path string, want fs.FileMode) {
 	t.Helper()
 	st, err := os.Lstat(path)
 	if err != nil {
@@ -66,9 +66,9 @@ func wantMode(t *testing.T, path string, want fs.FileMode) {
 	}
 }
 
-// wantLink checks a symlink's text (as the kernel would give it) and that it
+// sysfsWantLink checks a symlink's text (as the kernel would give it) and that it
 // resolves to target.
-func wantLink(t *testing.T, link, text, target string) {
+func sysfsWantLink(t *testing.T, link, text, target string) {
 	t.Helper()
 	got, err := os.Readlink(link)
 	if err != nil {
@@ -95,17 +95,17 @@ func TestInitTreeLayoutAndIdempotence(t *testing.T) {
 	if err := initTree(root, Profile6_16); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"sys/bus/vmbus/devices", "sys/class/uio", "dev", testVMBusRealDir} {
+	for _, d := range []string{"sys/bus/vmbus/devices", "sys/class/uio", "dev", sysfsTestVMBusDir} {
 		if st, err := os.Stat(filepath.Join(root, d)); err != nil || !st.IsDir() {
 			t.Errorf("%s: %v", d, err)
 		}
 	}
 	for _, drv := range []string{"uio_hv_generic", "hv_netvsc", "hv_sock"} {
 		for _, f := range []string{"new_id", "remove_id", "bind", "unbind"} {
-			wantMode(t, filepath.Join(root, "sys/bus/vmbus/drivers", drv, f), 0o200)
+			sysfsWantMode(t, filepath.Join(root, "sys/bus/vmbus/drivers", drv, f), 0o200)
 		}
 	}
-	wantFile(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.16.0-vmbusd-sim\n")
+	sysfsWantFile(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.16.0-vmbusd-sim\n")
 
 	// A bring-up script wrote to new_id; a second init keeps it and
 	// switches the kernel version.
@@ -116,8 +116,10 @@ func TestInitTreeLayoutAndIdempotence(t *testing.T) {
 	if err := initTree(root, ProfileLegacy); err != nil {
 		t.Fatal(err)
 	}
-	wantFile(t, newID, vmbus.ClassNetwork.String()+"\n")
-	wantFile(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "5.15.0-vmbusd-sim\n")
+	if st, err := os.Stat(newID); err != nil || st.Size() != int64(len(vmbus.ClassNetwork.String())+1) {
+		t.Errorf("new_id after a second init: %v, %v; want the written id kept", st, err)
+	}
+	sysfsWantFile(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "5.15.0-vmbusd-sim\n")
 }
 
 func TestWriteDeviceLayout(t *testing.T) {
@@ -127,11 +129,11 @@ func TestWriteDeviceLayout(t *testing.T) {
 		device    string
 		monitored bool
 	}{
-		{"monitored NIC", devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 3, NUMANode: 0}, "0x3\n", true},
-		{"unmonitored fcopy", devAttrs{Class: vmbus.ClassFCopy, Instance: testFCInstance, RelID: 9, MonitorID: -1, NUMANode: 1}, "0xd\n", false},
+		{"monitored NIC", devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3, NUMANode: 0}, "0x3\n", true},
+		{"unmonitored fcopy", devAttrs{Class: vmbus.ClassFCopy, Instance: sysfsTestFCopy, RelID: 9, MonitorID: -1, NUMANode: 1}, "0xd\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := newTestTree(t)
+			root := sysfsTestTree(t)
 			devDir, err := writeDevice(root, tc.a)
 			if err != nil {
 				t.Fatal(err)
@@ -140,33 +142,33 @@ func TestWriteDeviceLayout(t *testing.T) {
 			if want := filepath.Join(root, "sys/bus/vmbus/devices", guid); devDir != want {
 				t.Errorf("devDir %s, want %s", devDir, want)
 			}
-			real := filepath.Join(root, testVMBusRealDir, guid)
-			wantLink(t, devDir, "../../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid, real)
-			wantLink(t, filepath.Join(devDir, "subsystem"), "../../../../../../bus/vmbus", filepath.Join(root, "sys/bus/vmbus"))
+			real := filepath.Join(root, sysfsTestVMBusDir, guid)
+			sysfsWantLink(t, devDir, "../../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid, real)
+			sysfsWantLink(t, filepath.Join(devDir, "subsystem"), "../../../../../../bus/vmbus", filepath.Join(root, "sys/bus/vmbus"))
 
-			wantFile(t, filepath.Join(devDir, "class_id"), "{"+tc.a.Class.String()+"}\n")
-			wantFile(t, filepath.Join(devDir, "device_id"), "{"+guid+"}\n")
-			wantFile(t, filepath.Join(devDir, "id"), fmt.Sprintf("%d\n", tc.a.RelID))
-			wantFile(t, filepath.Join(devDir, "numa_node"), fmt.Sprintf("%d\n", tc.a.NUMANode))
-			wantFile(t, filepath.Join(devDir, "driver_override"), "(null)\n")
-			wantFile(t, filepath.Join(devDir, "state"), "0\n")
-			wantFile(t, filepath.Join(devDir, "vendor"), "0x1414\n")
-			wantFile(t, filepath.Join(devDir, "device"), tc.device)
-			wantMode(t, filepath.Join(devDir, "class_id"), 0o444)
-			wantMode(t, filepath.Join(devDir, "driver_override"), 0o644)
+			sysfsWantFile(t, filepath.Join(devDir, "class_id"), "{"+tc.a.Class.String()+"}\n")
+			sysfsWantFile(t, filepath.Join(devDir, "device_id"), "{"+guid+"}\n")
+			sysfsWantFile(t, filepath.Join(devDir, "id"), fmt.Sprintf("%d\n", tc.a.RelID))
+			sysfsWantFile(t, filepath.Join(devDir, "numa_node"), fmt.Sprintf("%d\n", tc.a.NUMANode))
+			sysfsWantFile(t, filepath.Join(devDir, "driver_override"), "(null)\n")
+			sysfsWantFile(t, filepath.Join(devDir, "state"), "0\n")
+			sysfsWantFile(t, filepath.Join(devDir, "vendor"), "0x1414\n")
+			sysfsWantFile(t, filepath.Join(devDir, "device"), tc.device)
+			sysfsWantMode(t, filepath.Join(devDir, "class_id"), 0o444)
+			sysfsWantMode(t, filepath.Join(devDir, "driver_override"), 0o644)
 			if tc.monitored {
-				wantFile(t, filepath.Join(devDir, "monitor_id"), "3\n")
-				wantFile(t, filepath.Join(devDir, "client_monitor_latency"), "0\n")
+				sysfsWantFile(t, filepath.Join(devDir, "monitor_id"), "3\n")
+				sysfsWantFile(t, filepath.Join(devDir, "client_monitor_latency"), "0\n")
 			} else {
-				wantAbsent(t, filepath.Join(devDir, "monitor_id"))
-				wantAbsent(t, filepath.Join(devDir, "server_monitor_pending"))
+				sysfsWantAbsent(t, filepath.Join(devDir, "monitor_id"))
+				sysfsWantAbsent(t, filepath.Join(devDir, "server_monitor_pending"))
 			}
 			ents, err := os.ReadDir(filepath.Join(devDir, "channels"))
 			if err != nil || len(ents) != 0 {
 				t.Errorf("channels/: %d entries, %v", len(ents), err)
 			}
-			wantAbsent(t, filepath.Join(devDir, "driver"))
-			wantAbsent(t, filepath.Join(devDir, "uio"))
+			sysfsWantAbsent(t, filepath.Join(devDir, "driver"))
+			sysfsWantAbsent(t, filepath.Join(devDir, "uio"))
 
 			if _, err := writeDevice(root, tc.a); !errors.Is(err, fs.ErrExist) {
 				t.Errorf("second writeDevice: %v, want ErrExist", err)
@@ -178,19 +180,19 @@ func TestWriteDeviceLayout(t *testing.T) {
 // The modalias is the class GUID's wire bytes in hex: the well-known alias
 // hv_netvsc is loaded for.
 func TestModaliasUsesWireBytes(t *testing.T) {
-	root := newTestTree(t)
-	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 0})
+	root := sysfsTestTree(t)
+	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const alias = "vmbus:635161f83edfc546913ff2d2f965ed0e"
-	wantFile(t, filepath.Join(devDir, "modalias"), alias+"\n")
-	wantFile(t, filepath.Join(devDir, "uevent"), "MODALIAS="+alias+"\n")
+	sysfsWantFile(t, filepath.Join(devDir, "modalias"), alias+"\n")
+	sysfsWantFile(t, filepath.Join(devDir, "uevent"), "MODALIAS="+alias+"\n")
 }
 
 func TestWriteChannelLayout(t *testing.T) {
-	root := newTestTree(t)
-	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 3})
+	root := sysfsTestTree(t)
+	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,27 +203,27 @@ func TestWriteChannelLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := filepath.Join(devDir, "channels", "14")
-	wantFile(t, filepath.Join(p, "subchannel_id"), "0\n")
-	wantFile(t, filepath.Join(p, "cpu"), "0\n")
-	wantFile(t, filepath.Join(p, "monitor_id"), "3\n")
-	wantFile(t, filepath.Join(p, "latency"), "0\n")
-	wantFile(t, filepath.Join(p, "pending"), "0\n")
-	wantFile(t, filepath.Join(p, "read_avail"), "0\n")
-	wantFile(t, filepath.Join(p, "write_avail"), "0\n")
-	wantAbsent(t, filepath.Join(p, "ring"))
+	sysfsWantFile(t, filepath.Join(p, "subchannel_id"), "0\n")
+	sysfsWantFile(t, filepath.Join(p, "cpu"), "0\n")
+	sysfsWantFile(t, filepath.Join(p, "monitor_id"), "3\n")
+	sysfsWantFile(t, filepath.Join(p, "latency"), "0\n")
+	sysfsWantFile(t, filepath.Join(p, "pending"), "0\n")
+	sysfsWantFile(t, filepath.Join(p, "read_avail"), "0\n")
+	sysfsWantFile(t, filepath.Join(p, "write_avail"), "0\n")
+	sysfsWantAbsent(t, filepath.Join(p, "ring"))
 	s := filepath.Join(devDir, "channels", "31")
-	wantFile(t, filepath.Join(s, "subchannel_id"), "1\n")
-	wantFile(t, filepath.Join(s, "cpu"), "2\n")
-	wantMode(t, filepath.Join(s, "cpu"), 0o644)
-	wantAbsent(t, filepath.Join(s, "monitor_id"))
-	wantAbsent(t, filepath.Join(s, "latency"))
-	wantAbsent(t, filepath.Join(s, "pending"))
-	wantAbsent(t, filepath.Join(s, "ring"))
+	sysfsWantFile(t, filepath.Join(s, "subchannel_id"), "1\n")
+	sysfsWantFile(t, filepath.Join(s, "cpu"), "2\n")
+	sysfsWantMode(t, filepath.Join(s, "cpu"), 0o644)
+	sysfsWantAbsent(t, filepath.Join(s, "monitor_id"))
+	sysfsWantAbsent(t, filepath.Join(s, "latency"))
+	sysfsWantAbsent(t, filepath.Join(s, "pending"))
+	sysfsWantAbsent(t, filepath.Join(s, "ring"))
 	ents, _ := os.ReadDir(filepath.Join(devDir, "channels"))
 	if len(ents) != 2 {
 		t.Errorf("channels/ has %d entries, want 2 (no temporaries left)", len(ents))
 	}
-	wantFile(t, filepath.Join(devDir, "channel_vp_mapping"), "14:0\n31:2\n")
+	sysfsWantFile(t, filepath.Join(devDir, "channel_vp_mapping"), "14:0\n31:2\n")
 
 	if err := writeChannel(devDir, chanAttrs{RelID: 31, SubchannelID: 1, MonitorID: -1}); err == nil {
 		t.Error("second writeChannel for relid 31 succeeded")
@@ -229,16 +231,16 @@ func TestWriteChannelLayout(t *testing.T) {
 	if err := removeChannel(devDir, 31); err != nil {
 		t.Fatal(err)
 	}
-	wantAbsent(t, s)
-	wantFile(t, filepath.Join(devDir, "channel_vp_mapping"), "14:0\n")
+	sysfsWantAbsent(t, s)
+	sysfsWantFile(t, filepath.Join(devDir, "channel_vp_mapping"), "14:0\n")
 	if err := removeChannel(devDir, 31); err != nil {
 		t.Errorf("removing a missing channel: %v", err)
 	}
 }
 
 func TestCreateRingFileAppearsAtomically(t *testing.T) {
-	root := newTestTree(t)
-	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 3})
+	root := sysfsTestTree(t)
+	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +258,7 @@ func TestCreateRingFileAppearsAtomically(t *testing.T) {
 	}
 
 	const size = 2 * 0x5000
-	f, mem, err := createRingFile(devDir, 31, size)
+	f, mem, err := createRingFile(devDir, 31, size, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +290,7 @@ func TestCreateRingFileAppearsAtomically(t *testing.T) {
 		t.Error("no IN_MOVED_TO for ring")
 	}
 	ring := filepath.Join(chDir, "ring")
-	wantMode(t, ring, 0o600)
+	sysfsWantMode(t, ring, 0o600)
 	if st, _ := os.Stat(ring); st == nil || st.Size() != size {
 		t.Errorf("ring size %v, want %d", st, size)
 	}
@@ -319,16 +321,16 @@ func TestCreateRingFileAppearsAtomically(t *testing.T) {
 		t.Error("guest write not seen by the host")
 	}
 
-	if _, _, err := createRingFile(devDir, 31, size); err == nil {
+	if _, _, err := createRingFile(devDir, 31, size, nil); err == nil {
 		t.Error("second createRingFile succeeded")
 	}
-	if _, _, err := createRingFile(devDir, 99, size); err == nil {
+	if _, _, err := createRingFile(devDir, 99, size, nil); err == nil {
 		t.Error("createRingFile for a missing channel succeeded")
 	}
 	if err := removeRingFile(devDir, 31); err != nil {
 		t.Fatal(err)
 	}
-	wantAbsent(t, ring)
+	sysfsWantAbsent(t, ring)
 	if err := removeRingFile(devDir, 31); err != nil {
 		t.Errorf("removing a missing ring: %v", err)
 	}
@@ -338,7 +340,7 @@ func TestCreateRingFileAppearsAtomically(t *testing.T) {
 	}
 }
 
-func testUIOMaps() []uioMap {
+func sysfsTestMaps() []uioMap {
 	return []uioMap{
 		{Name: "txrx_rings", Size: 0x400000, Addr: 0x12345000},
 		{Name: "int_page", Size: 0x1000, Addr: 0xffff9c5e01234000},
@@ -349,31 +351,31 @@ func testUIOMaps() []uioMap {
 }
 
 func TestWriteUIONodeLayout(t *testing.T) {
-	root := newTestTree(t)
-	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 3})
+	root := sysfsTestTree(t)
+	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeUIONode(root, devDir, 3, testUIOMaps()); err != nil {
+	if err := writeUIONode(root, devDir, 3, sysfsTestMaps()); err != nil {
 		t.Fatal(err)
 	}
-	guid := testNICInstance.String()
-	real := filepath.Join(root, testVMBusRealDir, guid)
+	guid := sysfsTestNIC.String()
+	real := filepath.Join(root, sysfsTestVMBusDir, guid)
 	uioDir := filepath.Join(real, "uio", "uio3")
 	class := filepath.Join(root, "sys/class/uio/uio3")
 
-	wantLink(t, class, "../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid+"/uio/uio3", uioDir)
-	wantLink(t, filepath.Join(root, "sys/dev/char/243:3"), "../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid+"/uio/uio3", uioDir)
-	wantLink(t, filepath.Join(devDir, "driver"), "../../../../../../bus/vmbus/drivers/uio_hv_generic", filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic"))
-	wantLink(t, filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic", guid), "../../../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid, real)
-	wantLink(t, filepath.Join(class, "device"), "../../../"+guid, real)
-	wantLink(t, filepath.Join(class, "subsystem"), "../../../../../../../../class/uio", filepath.Join(root, "sys/class/uio"))
+	sysfsWantLink(t, class, "../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid+"/uio/uio3", uioDir)
+	sysfsWantLink(t, filepath.Join(root, "sys/dev/char/243:3"), "../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid+"/uio/uio3", uioDir)
+	sysfsWantLink(t, filepath.Join(devDir, "driver"), "../../../../../../bus/vmbus/drivers/uio_hv_generic", filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic"))
+	sysfsWantLink(t, filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic", guid), "../../../../devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/"+guid, real)
+	sysfsWantLink(t, filepath.Join(class, "device"), "../../../"+guid, real)
+	sysfsWantLink(t, filepath.Join(class, "subsystem"), "../../../../../../../../class/uio", filepath.Join(root, "sys/class/uio"))
 
-	wantFile(t, filepath.Join(class, "name"), "uio_hv_generic\n")
-	wantFile(t, filepath.Join(class, "version"), "0.02.1\n")
-	wantFile(t, filepath.Join(class, "dev"), "243:3\n")
-	wantFile(t, filepath.Join(devDir, "uio/uio3/name"), "uio_hv_generic\n")
-	wantFile(t, filepath.Join(devDir, "uevent"), "DRIVER=uio_hv_generic\nMODALIAS=vmbus:635161f83edfc546913ff2d2f965ed0e\n")
+	sysfsWantFile(t, filepath.Join(class, "name"), "uio_hv_generic\n")
+	sysfsWantFile(t, filepath.Join(class, "version"), "0.02.1\n")
+	sysfsWantFile(t, filepath.Join(class, "dev"), "243:3\n")
+	sysfsWantFile(t, filepath.Join(devDir, "uio/uio3/name"), "uio_hv_generic\n")
+	sysfsWantFile(t, filepath.Join(devDir, "uevent"), "DRIVER=uio_hv_generic\nMODALIAS=vmbus:635161f83edfc546913ff2d2f965ed0e\n")
 	// uio.c: addr and size with %pa, offset with 0x%llx.
 	for k, want := range []struct{ name, addr, size string }{
 		{"txrx_rings", "0x0000000012345000", "0x0000000000400000"},
@@ -383,10 +385,10 @@ func TestWriteUIONodeLayout(t *testing.T) {
 		{"send:18", "0xffffb00002000000", "0x0000000001000000"},
 	} {
 		m := filepath.Join(class, "maps", fmt.Sprintf("map%d", k))
-		wantFile(t, filepath.Join(m, "name"), want.name+"\n")
-		wantFile(t, filepath.Join(m, "addr"), want.addr+"\n")
-		wantFile(t, filepath.Join(m, "size"), want.size+"\n")
-		wantFile(t, filepath.Join(m, "offset"), "0x0\n")
+		sysfsWantFile(t, filepath.Join(m, "name"), want.name+"\n")
+		sysfsWantFile(t, filepath.Join(m, "addr"), want.addr+"\n")
+		sysfsWantFile(t, filepath.Join(m, "size"), want.size+"\n")
+		sysfsWantFile(t, filepath.Join(m, "offset"), "0x0\n")
 	}
 	ents, _ := os.ReadDir(filepath.Join(real, "uio"))
 	if len(ents) != 1 {
@@ -394,76 +396,76 @@ func TestWriteUIONodeLayout(t *testing.T) {
 	}
 
 	// Taken numbers and too many maps are refused, and leave the node intact.
-	if err := writeUIONode(root, devDir, 3, testUIOMaps()[:3]); err == nil {
+	if err := writeUIONode(root, devDir, 3, sysfsTestMaps()[:3]); err == nil {
 		t.Error("second writeUIONode for uio3 succeeded")
 	}
-	wantFile(t, filepath.Join(class, "maps/map4/name"), "send:18\n")
-	if err := writeUIONode(root, devDir, 4, append(testUIOMaps(), uioMap{Name: "extra", Size: 1})); err == nil {
+	sysfsWantFile(t, filepath.Join(class, "maps/map4/name"), "send:18\n")
+	if err := writeUIONode(root, devDir, 4, append(sysfsTestMaps(), uioMap{Name: "extra", Size: 1})); err == nil {
 		t.Error("six maps accepted")
 	}
-	wantAbsent(t, filepath.Join(root, "sys/class/uio/uio4"))
+	sysfsWantAbsent(t, filepath.Join(root, "sys/class/uio/uio4"))
 
 	if err := removeUIONode(root, devDir, 3); err != nil {
 		t.Fatal(err)
 	}
-	wantAbsent(t, class)
-	wantAbsent(t, filepath.Join(root, "sys/dev/char/243:3"))
-	wantAbsent(t, filepath.Join(real, "uio"))
-	wantAbsent(t, filepath.Join(real, "driver"))
-	wantAbsent(t, filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic", guid))
-	wantFile(t, filepath.Join(devDir, "class_id"), "{"+vmbus.ClassNetwork.String()+"}\n")
-	wantFile(t, filepath.Join(devDir, "uevent"), "MODALIAS=vmbus:635161f83edfc546913ff2d2f965ed0e\n")
+	sysfsWantAbsent(t, class)
+	sysfsWantAbsent(t, filepath.Join(root, "sys/dev/char/243:3"))
+	sysfsWantAbsent(t, filepath.Join(real, "uio"))
+	sysfsWantAbsent(t, filepath.Join(real, "driver"))
+	sysfsWantAbsent(t, filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic", guid))
+	sysfsWantFile(t, filepath.Join(devDir, "class_id"), "{"+vmbus.ClassNetwork.String()+"}\n")
+	sysfsWantFile(t, filepath.Join(devDir, "uevent"), "MODALIAS=vmbus:635161f83edfc546913ff2d2f965ed0e\n")
 	if err := removeUIONode(root, devDir, 3); err != nil {
 		t.Errorf("second removeUIONode: %v", err)
 	}
 	// Rebinding works.
-	if err := writeUIONode(root, devDir, 3, testUIOMaps()[:3]); err != nil {
+	if err := writeUIONode(root, devDir, 3, sysfsTestMaps()[:3]); err != nil {
 		t.Fatal(err)
 	}
-	wantAbsent(t, filepath.Join(class, "maps/map3"))
+	sysfsWantAbsent(t, filepath.Join(class, "maps/map3"))
 }
 
 func TestRemoveDeviceRemovesEverything(t *testing.T) {
-	root := newTestTree(t)
-	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 3})
+	root := sysfsTestTree(t)
+	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := writeChannel(devDir, chanAttrs{RelID: 14, MonitorID: 3}); err != nil {
 		t.Fatal(err)
 	}
-	f, mem, err := createRingFile(devDir, 14, 8192)
+	f, mem, err := createRingFile(devDir, 14, 8192, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	defer unmapMem(mem)
-	if err := writeUIONode(root, devDir, 0, testUIOMaps()); err != nil {
+	if err := writeUIONode(root, devDir, 0, sysfsTestMaps()); err != nil {
 		t.Fatal(err)
 	}
-	other, err := writeDevice(root, devAttrs{Class: vmbus.ClassFCopy, Instance: testFCInstance, RelID: 9, MonitorID: -1})
+	other, err := writeDevice(root, devAttrs{Class: vmbus.ClassFCopy, Instance: sysfsTestFCopy, RelID: 9, MonitorID: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeUIONode(root, other, 1, testUIOMaps()[:3]); err != nil {
+	if err := writeUIONode(root, other, 1, sysfsTestMaps()[:3]); err != nil {
 		t.Fatal(err)
 	}
 
 	if err := removeDevice(root, devDir); err != nil {
 		t.Fatal(err)
 	}
-	guid := testNICInstance.String()
-	wantAbsent(t, devDir)
-	wantAbsent(t, filepath.Join(root, testVMBusRealDir, guid))
-	wantAbsent(t, filepath.Join(root, "sys/class/uio/uio0"))
-	wantAbsent(t, filepath.Join(root, "sys/dev/char/243:0"))
-	wantAbsent(t, filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic", guid))
+	guid := sysfsTestNIC.String()
+	sysfsWantAbsent(t, devDir)
+	sysfsWantAbsent(t, filepath.Join(root, sysfsTestVMBusDir, guid))
+	sysfsWantAbsent(t, filepath.Join(root, "sys/class/uio/uio0"))
+	sysfsWantAbsent(t, filepath.Join(root, "sys/dev/char/243:0"))
+	sysfsWantAbsent(t, filepath.Join(root, "sys/bus/vmbus/drivers/uio_hv_generic", guid))
 	mem[0] = 1 // the host's mapping outlives the file
 
 	// The other device is untouched.
-	wantFile(t, filepath.Join(root, "sys/class/uio/uio1/name"), "uio_hv_generic\n")
-	wantFile(t, filepath.Join(other, "id"), "9\n")
-	ents, _ := os.ReadDir(filepath.Join(root, testVMBusRealDir))
+	sysfsWantFile(t, filepath.Join(root, "sys/class/uio/uio1/name"), "uio_hv_generic\n")
+	sysfsWantFile(t, filepath.Join(other, "id"), "9\n")
+	ents, _ := os.ReadDir(filepath.Join(root, sysfsTestVMBusDir))
 	if len(ents) != 1 {
 		t.Errorf("VMBUS:00 has %d entries, want 1", len(ents))
 	}
@@ -471,24 +473,24 @@ func TestRemoveDeviceRemovesEverything(t *testing.T) {
 		t.Errorf("second removeDevice: %v", err)
 	}
 	// Re-offer of the same instance.
-	if _, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 15, MonitorID: 3}); err != nil {
+	if _, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 15, MonitorID: 3}); err != nil {
 		t.Errorf("re-offer: %v", err)
 	}
 }
 
 func TestUpdateAttrKeepsMode(t *testing.T) {
-	root := newTestTree(t)
-	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: testNICInstance, RelID: 14, MonitorID: 3})
+	root := sysfsTestTree(t)
+	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := updateAttr(filepath.Join(devDir, "state"), "3\n"); err != nil {
 		t.Fatal(err)
 	}
-	wantFile(t, filepath.Join(devDir, "state"), "3\n")
-	wantMode(t, filepath.Join(devDir, "state"), 0o444)
+	sysfsWantFile(t, filepath.Join(devDir, "state"), "3\n")
+	sysfsWantMode(t, filepath.Join(devDir, "state"), 0o444)
 	if err := updateAttr(filepath.Join(devDir, "driver_override"), "uio_hv_generic\n"); err != nil {
 		t.Fatal(err)
 	}
-	wantMode(t, filepath.Join(devDir, "driver_override"), 0o644)
+	sysfsWantMode(t, filepath.Join(devDir, "driver_override"), 0o644)
 }

@@ -2,12 +2,11 @@ package vmbus_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
+	"vmbusd/internal/echo"
 	"vmbusd/sim"
 	"vmbusd/vmbus"
 )
@@ -40,69 +39,6 @@ func newSimDevice(t *testing.T, prof sim.Profile, cfg sim.DeviceConfig, opts vmb
 	return h, d, hd
 }
 
-func stamp(b []byte, seq uint64) {
-	for k := 0; k+8 <= len(b); k += 8 {
-		binary.LittleEndian.PutUint64(b[k:], seq*0x9E3779B97F4A7C15+uint64(k))
-	}
-}
-
-func checkStamp(b []byte, seq uint64) bool {
-	for k := 0; k+8 <= len(b); k += 8 {
-		if binary.LittleEndian.Uint64(b[k:]) != seq*0x9E3779B97F4A7C15+uint64(k) {
-			return false
-		}
-	}
-	return true
-}
-
-// echo sends n stamped packets of size bytes through the echo host and
-// checks every echo, keeping at most window packets in flight.
-func echo(ctx context.Context, ch *vmbus.Channel, n, size, window int) error {
-	out := make([]byte, size)
-	sent, got := 0, 0
-	for got < n {
-		for sent < n && sent-got < window {
-			stamp(out, uint64(sent))
-			err := ch.SendInband(uint64(sent), out)
-			var full *vmbus.RingFullError
-			if errors.As(err, &full) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("send %d: %w", sent, err)
-			}
-			sent++
-		}
-		if err := ch.Flush(); err != nil {
-			return err
-		}
-		k := 0
-		for {
-			p, err := ch.Recv()
-			if err == vmbus.ErrRingEmpty {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("recv after %d: %w", got, err)
-			}
-			if p.Type != vmbus.PacketInband || p.TransID != uint64(got) || !checkStamp(p.Payload()[:size], uint64(got)) {
-				return fmt.Errorf("echo %d: type %s id %d bad", got, p.Type, p.TransID)
-			}
-			got++
-			k++
-		}
-		if err := ch.CommitRecv(); err != nil {
-			return err
-		}
-		if k == 0 && (sent == n || sent-got >= window) {
-			if err := ch.WaitReadable(ctx); err != nil {
-				return fmt.Errorf("wait after %d of %d: %w", got, n, err)
-			}
-		}
-	}
-	return nil
-}
-
 func TestEchoEveryProfile(t *testing.T) {
 	for _, prof := range sim.Profiles() {
 		for _, mode := range []vmbus.WaitMode{vmbus.WaitInterrupt, vmbus.WaitPoll} {
@@ -110,7 +46,8 @@ func TestEchoEveryProfile(t *testing.T) {
 				_, _, hd := newSimDevice(t, prof, sim.DeviceConfig{RingSize: 64 << 10}, vmbus.Options{Mode: mode})
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				if err := echo(ctx, hd.Primary(), 20000, 200, 64); err != nil {
+				p := &echo.Pump{Size: 200, Window: 64}
+				if err := p.Run(ctx, hd.Primary(), 20000); err != nil {
 					t.Fatal(err)
 				}
 				st := hd.Primary().Stats()
@@ -120,5 +57,219 @@ func TestEchoEveryProfile(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// expectEcho reads one packet and checks its transaction id.
+func expectEcho(t *testing.T, ctx context.Context, ch *vmbus.Channel, id uint64) {
+	t.Helper()
+	for {
+		p, err := ch.Recv()
+		if err == vmbus.ErrRingEmpty {
+			if err := ch.WaitReadable(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.TransID != id {
+			t.Fatalf("got id %d, want %d", p.TransID, id)
+		}
+		ch.CommitRecv()
+		return
+	}
+}
+
+func TestSubchannelsPartialGrantEveryProfile(t *testing.T) {
+	for _, prof := range sim.Profiles() {
+		t.Run(prof.String(), func(t *testing.T) {
+			_, _, hd := newSimDevice(t, prof, sim.DeviceConfig{RingSize: 64 << 10, SubchannelRingSize: 64 << 10}, vmbus.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// Three offered, the last never opens: a partial grant of two.
+			if err := echo.RequestSubchannels(hd.Primary(), 3, 30, 1); err != nil {
+				t.Fatal(err)
+			}
+			expectEcho(t, ctx, hd.Primary(), 1<<63)
+			wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			subs, err := hd.OpenSubchannels(wctx, 3)
+			wcancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(subs) != 2 {
+				t.Fatalf("got %d sub-channels, want the 2 that opened", len(subs))
+			}
+			errc := make(chan error, 3)
+			for _, ch := range hd.Channels() {
+				go func() {
+					p := &echo.Pump{Size: 512, Window: 32}
+					errc <- p.Run(ctx, ch, 5000)
+				}()
+			}
+			for range hd.Channels() {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, ch := range subs {
+				if ch.SubchannelID() == 0 {
+					t.Errorf("sub-channel %d has subchannel_id 0", ch.RelID())
+				}
+			}
+		})
+	}
+}
+
+func TestCorruptionFaultsKillOnlyThatChannel(t *testing.T) {
+	tests := []struct {
+		fault sim.Fault
+		want  vmbus.CorruptKind
+	}{
+		{sim.FaultCorruptWriteIndex, vmbus.CorruptWriteIndex},
+		{sim.FaultBadLen8, vmbus.CorruptLength},
+		{sim.FaultBadOffset8, vmbus.CorruptOffset},
+		{sim.FaultBadType, vmbus.CorruptType},
+		{sim.FaultBadFlags, vmbus.CorruptFlags},
+		{sim.FaultBadRanges, vmbus.CorruptRanges},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			h, bad, hdBad := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10}, vmbus.Options{})
+			good, err := h.AddDevice(sim.DeviceConfig{Class: vmbus.ClassTest, RingSize: 64 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev, _ := vmbus.LookupDevice(h.Root(), good.Instance())
+			hdGood, err := vmbus.Open(dev, vmbus.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hdGood.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+
+			bad.SetFault(tc.fault, true)
+			p := &echo.Pump{Size: 64, Window: 16}
+			err = p.Run(ctx, hdBad.Primary(), 1000)
+			ce, ok := vmbus.IsCorrupt(err)
+			if !ok || ce.Kind != tc.want {
+				t.Fatalf("faulted channel: %v, want corrupt %s", err, tc.want)
+			}
+			if ce2, ok := vmbus.IsCorrupt(hdBad.Primary().Err()); !ok || ce2.Kind != tc.want {
+				t.Fatalf("channel Err() = %v", hdBad.Primary().Err())
+			}
+			if bad.Faults().Hits(tc.fault) != 1 {
+				t.Fatalf("fault hit %d times", bad.Faults().Hits(tc.fault))
+			}
+			// The other device carries on.
+			q := &echo.Pump{Size: 64, Window: 16}
+			if err := q.Run(ctx, hdGood.Primary(), 1000); err != nil {
+				t.Fatalf("healthy channel: %v", err)
+			}
+		})
+	}
+}
+
+func TestInterruptFaultsAreSurvived(t *testing.T) {
+	t.Run("missing interrupts", func(t *testing.T) {
+		_, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10},
+			vmbus.Options{WakeTimeout: 5 * time.Millisecond})
+		d.SetFault(sim.FaultMissingInterrupts, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		p := &echo.Pump{Size: 64, Window: 4}
+		if err := p.Run(ctx, hd.Primary(), 200); err != nil {
+			t.Fatal(err)
+		}
+		if st := hd.Primary().Stats(); st.MissedWakeups == 0 || hd.Interrupts() != 0 {
+			t.Fatalf("missed wake-ups %d, interrupts %d: want >0 and 0", st.MissedWakeups, hd.Interrupts())
+		}
+	})
+	t.Run("spurious interrupts", func(t *testing.T) {
+		_, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10}, vmbus.Options{})
+		d.SetFault(sim.FaultSpuriousInterrupts, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		time.Sleep(20 * time.Millisecond)
+		p := &echo.Pump{Size: 64, Window: 4}
+		if err := p.Run(ctx, hd.Primary(), 2000); err != nil {
+			t.Fatal(err)
+		}
+		d.SetFault(sim.FaultSpuriousInterrupts, false)
+		if d.Faults().Hits(sim.FaultSpuriousInterrupts) == 0 {
+			t.Fatal("no spurious interrupt was raised")
+		}
+	})
+	t.Run("host stops draining", func(t *testing.T) {
+		_, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 16 << 10}, vmbus.Options{})
+		d.SetFault(sim.FaultStopDraining, true)
+		ch := hd.Primary()
+		payload := make([]byte, 1024)
+		for ch.SendInband(0, payload) == nil {
+		}
+		ch.Flush()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := ch.WaitWritable(ctx, 1100)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitWritable against a stalled host: %v", err)
+		}
+		d.SetFault(sim.FaultStopDraining, false)
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ch.WaitWritable(ctx, 1100); err != nil {
+			t.Fatalf("after the host resumed: %v", err)
+		}
+		if ch.Stats().TxFullWaits == 0 {
+			t.Fatal("no full wait counted")
+		}
+	})
+	t.Run("slow host", func(t *testing.T) {
+		_, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10}, vmbus.Options{})
+		d.SetSlowDelay(2 * time.Millisecond)
+		d.SetFault(sim.FaultSlowHost, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		p := &echo.Pump{Size: 64, Window: 8}
+		if err := p.Run(ctx, hd.Primary(), 500); err != nil {
+			t.Fatal(err)
+		}
+		if d.Faults().Hits(sim.FaultSlowHost) == 0 {
+			t.Fatal("slow host never delayed")
+		}
+	})
+}
+
+func TestRescindKillsOnlyThatDevice(t *testing.T) {
+	h, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10}, vmbus.Options{})
+	other, _ := h.AddDevice(sim.DeviceConfig{Class: vmbus.ClassTest, RingSize: 64 << 10})
+	dev, _ := vmbus.LookupDevice(h.Root(), other.Instance())
+	hdOther, err := vmbus.Open(dev, vmbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hdOther.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Rescind(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hd.Primary().Dead():
+	case <-ctx.Done():
+		t.Fatal("channel did not die on rescind")
+	}
+	if !errors.Is(hd.Primary().Err(), vmbus.ErrRescinded) {
+		t.Fatalf("Err() = %v, want ErrRescinded", hd.Primary().Err())
+	}
+	if _, err := vmbus.LookupDevice(h.Root(), d.Instance()); err == nil {
+		t.Fatal("rescinded device still in sysfs")
+	}
+	p := &echo.Pump{Size: 64, Window: 16}
+	if err := p.Run(ctx, hdOther.Primary(), 1000); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,18 +23,21 @@ func fill(p []uint64, seq uint64) {
 	}
 	p[0] = seq
 	q := p[1:]
-	v := (seq+1)*k1 + k2 // word 1
-	for len(q) >= 4 {
-		q[0] = v
-		q[1] = v + k2
-		q[2] = v + k2x2
-		q[3] = v + k2x3
-		v += k2x4
-		q = q[4:]
+	v0 := (seq+1)*k1 + k2 // word 1
+	v1, v2, v3 := v0+k2, v0+k2x2, v0+k2x3
+	bs := blocks(q)
+	for i := range bs {
+		b := &bs[i]
+		b[0], b[1], b[2], b[3] = v0, v1, v2, v3
+		v0 += k2x4
+		v1 += k2x4
+		v2 += k2x4
+		v3 += k2x4
 	}
-	for i := range q {
-		q[i] = v
-		v += k2
+	tail := q[len(q)&^3:]
+	for i := range tail {
+		tail[i] = v0
+		v0 += k2
 	}
 }
 
@@ -47,22 +50,7 @@ func firstBad(p []uint64, seq uint64, seqOnly bool) int {
 	}
 	diff := p[0] ^ seq
 	if !seqOnly {
-		q := p[1:]
-		v := (seq+1)*k1 + k2
-		var d0, d1, d2, d3 uint64
-		for len(q) >= 4 {
-			d0 |= q[0] ^ v
-			d1 |= q[1] ^ (v + k2)
-			d2 |= q[2] ^ (v + k2x2)
-			d3 |= q[3] ^ (v + k2x3)
-			v += k2x4
-			q = q[4:]
-		}
-		for _, w := range q {
-			diff |= w ^ v
-			v += k2
-		}
-		diff |= d0 | d1 | d2 | d3
+		diff |= patternDiff(p[1:], (seq+1)*k1+k2)
 	}
 	if diff == 0 {
 		return len(p)
@@ -79,6 +67,37 @@ func firstBad(p []uint64, seq uint64, seqOnly bool) int {
 		v += k2
 	}
 	return len(p)
+}
+
+// patternDiff ORs together q[i] ^ (v + i*k2) over q: zero when q continues
+// the pattern from v.
+func patternDiff(q []uint64, v uint64) uint64 {
+	v0, v1, v2, v3 := v, v+k2, v+k2x2, v+k2x3
+	var d0, d1 uint64
+	bs := blocks(q)
+	for i := range bs {
+		b := &bs[i]
+		d0 |= (b[0] ^ v0) | (b[1] ^ v1)
+		d1 |= (b[2] ^ v2) | (b[3] ^ v3)
+		v0 += k2x4
+		v1 += k2x4
+		v2 += k2x4
+		v3 += k2x4
+	}
+	for _, w := range q[len(q)&^3:] {
+		d0 |= w ^ v0
+		v0 += k2
+	}
+	return d0 | d1
+}
+
+// blocks views the first len(q)/4*4 words of q as 4-word blocks, so the hot
+// loops above index no slice.
+func blocks(q []uint64) [][4]uint64 {
+	if len(q) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*[4]uint64)(unsafe.Pointer(&q[0])), len(q)/4)
 }
 
 // asBytes views words as bytes (the host is little-endian: checked in main),

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"vmbusd/sim"
+	"vmbusd/vmbus"
+)
+
+func runSim(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("sim", "sim --root DIR [flags]")
+	root := fs.String("root", os.Getenv("VMBUSD_ROOT"), "directory to build the simulated system under (keep it on tmpfs, e.g. /dev/shm/vmbusd); env VMBUSD_ROOT")
+	profile := fs.String("profile", sim.DefaultProfile.String(), "kernel profile: legacy, 6.10, 6.16, 6.18 (uio_hv_generic semantics)")
+	tests := fs.Int("test", 1, "number of test (echo) devices to offer")
+	ring := fs.String("ring", "2M", "ring size per direction, header page included (K/M suffixes)")
+	notMonitored := fs.Bool("not-monitored", false, "offer channels without a monitor id (guests signal with write(1); 6.10+)")
+	faults := fs.String("fault", "", "comma-separated faults to switch on for every device: "+faultNames())
+	mkLog := logFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := mkLog(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if *root == "" {
+		return fmt.Errorf("%w: --root is required (for example --root /dev/shm/vmbusd)", errUsage)
+	}
+	prof, err := sim.ParseProfile(*profile)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	ringSize, err := parseSize(*ring)
+	if err != nil {
+		return fmt.Errorf("%w: --ring: %v", errUsage, err)
+	}
+	var fl []sim.Fault
+	for _, name := range splitList(*faults) {
+		f, err := sim.ParseFault(name)
+		if err != nil {
+			return fmt.Errorf("%w: --fault: %v", errUsage, err)
+		}
+		fl = append(fl, f)
+	}
+	if *tests < 0 {
+		return fmt.Errorf("%w: --test must not be negative", errUsage)
+	}
+	if err := os.MkdirAll(*root, 0o755); err != nil {
+		return err
+	}
+	h, err := sim.New(sim.Config{Root: *root, Profile: prof, Logger: log})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < *tests; i++ {
+		d, err := h.AddDevice(sim.DeviceConfig{Class: vmbus.ClassTest, RingSize: int(ringSize), NotMonitored: *notMonitored})
+		if err != nil {
+			h.Close()
+			return err
+		}
+		for _, f := range fl {
+			d.SetFault(f, true)
+		}
+		fmt.Fprintf(out, "device %s class %s uio %s\n", d.Instance(), vmbus.ClassName(vmbus.ClassTest), d.UIONode())
+	}
+	fmt.Fprintf(out, "ready root %s profile %s\n", h.Root(), prof)
+	<-ctx.Done()
+	err = h.Close()
+	reportViolations(out, h.Violations())
+	return err
+}
+
+// reportViolations prints the guest protocol violations the host counted,
+// one line each, and a total line that scripts can check.
+func reportViolations(w io.Writer, v map[string]uint64) {
+	var total uint64
+	for _, k := range slices.Sorted(maps.Keys(v)) {
+		fmt.Fprintf(w, "violation %q %d\n", k, v[k])
+		total += v[k]
+	}
+	fmt.Fprintf(w, "guest violations total %d\n", total)
+}
+
+func faultNames() string {
+	var names []string
+	for _, f := range sim.AllFaults() {
+		names = append(names, f.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseSize reads a byte count with an optional K, M or G suffix (powers of
+// 1024).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "K")
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "M")
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "G")
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<40)/mult {
+		return 0, fmt.Errorf("%q is not a size (examples: 4096, 64K, 2M)", s)
+	}
+	return v * mult, nil
+}
