@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -114,8 +113,8 @@ func echoPacket(ctx context.Context, c *Channel, p *vmbus.Packet) error {
 		default:
 			return nil // completions from the guest need no answer
 		}
-		var full *vmbus.RingFullError
-		if !errors.As(err, &full) {
+		full, ok := err.(*vmbus.RingFullError)
+		if !ok {
 			if err != nil {
 				return fmt.Errorf("sim: echo: %w", err)
 			}

@@ -106,6 +106,12 @@ func (e *CorruptError) Error() string {
 
 // IsCorrupt reports whether err is (or wraps) a *CorruptError and returns it.
 func IsCorrupt(err error) (*CorruptError, bool) {
+	switch e := err.(type) {
+	case nil, *RingFullError:
+		return nil, false
+	case *CorruptError:
+		return e, true
+	}
 	var ce *CorruptError
 	ok := errors.As(err, &ce)
 	return ce, ok

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -46,6 +47,7 @@ the reader; receiver = Commits that said to signal the writer (pending_send_sz r
 sender = packets that found the ring full; receiver = times the ring was found empty. errors:
 packets with a bad type, xactid != seq, zero length or a broken pattern (first 10 on stderr).
 Exit status: 0 ok, 1 verification errors or timeout, 2 usage or setup error.
+Env RINGBENCH_CPUPROFILE=FILE writes a pprof CPU profile of send/recv to FILE.
 `
 
 // options are the flags shared by send and recv.
@@ -91,7 +93,9 @@ func main() {
 		if err != nil {
 			fatal("%v", err)
 		}
+		stop := startProfile()
 		r := send(o, out, n, size)
+		stop()
 		r.print()
 	case len(args) == 3 && args[0] == "recv":
 		n := parseNum(args[2])
@@ -100,7 +104,9 @@ func main() {
 		if err != nil {
 			fatal("%v", err)
 		}
+		stop := startProfile()
 		r := recv(o, in, n)
+		stop()
 		r.print()
 		if r.errors != 0 {
 			os.Exit(1)
@@ -124,6 +130,26 @@ func setup(o *options, path string) (out, in []byte) {
 	fmt.Fprintf(os.Stderr, "ringbench: vmbusd vmbus (Go), %s, ring %d bytes per direction (data %d)\n",
 		o.role(), len(out), len(out)-headerPage)
 	return out, in
+}
+
+// startProfile starts a CPU profile when RINGBENCH_CPUPROFILE names a file
+// and returns the function that ends it.
+func startProfile() (stop func()) {
+	path := os.Getenv("RINGBENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fatal("cpu profile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // parseOptions reads options like getopt("+r:c:w:t:xP"): clustered flags,

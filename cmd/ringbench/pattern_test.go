@@ -15,7 +15,7 @@ func word(seq uint64, k int) uint64 {
 }
 
 func TestPattern(t *testing.T) {
-	for _, words := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64, 1023} {
+	for _, words := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 16, 17, 18, 64, 100, 1023, 8193} {
 		for _, seq := range []uint64{0, 1, 12345, 1<<64 - 1} {
 			p := make([]uint64, words)
 			fill(p, seq)

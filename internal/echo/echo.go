@@ -7,7 +7,6 @@ package echo
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -37,8 +36,7 @@ func (p *Pump) Run(ctx context.Context, ch *vmbus.Channel, n int) error {
 		for !done(sent) && sent-got < uint64(window) {
 			Stamp(out, sent)
 			err := ch.SendInband(sent, out)
-			var full *vmbus.RingFullError
-			if errors.As(err, &full) {
+			if _, full := err.(*vmbus.RingFullError); full {
 				break
 			}
 			if err != nil {

@@ -1,0 +1,42 @@
+# vmbusd: build, test and benchmark targets. `make test` is the command the
+# README gives and CI (.ci/run) runs.
+
+GO       ?= go
+# Helper programs for interop tests (DPDK's ring code, DPDK's netvsc PMD).
+TOOLS    ?= $(abspath ../shared/tools)
+OUT      ?= $(abspath out)
+FUZZTIME ?= 10s
+
+.PHONY: all build vet test unit fuzz interop bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(OUT)/vmbusd ./cmd/vmbusd
+	$(GO) build -o $(OUT)/ringbench ./cmd/ringbench
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+# Unit, integration and cross-process tests, with the race detector.
+unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./.ci/fuzz
+
+# Interop with DPDK's own VMBus ring code (needs ringpeer: `make $(OUT)/ringpeer`).
+interop: $(OUT)/ringpeer
+	RINGPEER=$(OUT)/ringpeer VMBUSD_REQUIRE_INTEROP=1 $(GO) test -count=1 -run Interop -v ./cmd/ringbench
+
+$(OUT)/ringpeer:
+	$(TOOLS)/ringpeer/build.sh $(OUT)
+
+test: vet unit fuzz interop
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf $(OUT)
