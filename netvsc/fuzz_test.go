@@ -1,0 +1,304 @@
+package netvsc
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+// mustBeProtocolError fails unless err is a *ProtocolError with a listed
+// kind: decoders report nothing else.
+func mustBeProtocolError(t *testing.T, err error) {
+	t.Helper()
+	pe, ok := IsProtocolError(err)
+	if !ok || pe.Kind == 0 || pe.Kind >= kindEnd {
+		t.Fatalf("decoder returned %v (%T), want a *ProtocolError with a listed kind", err, err)
+	}
+	_ = err.Error()
+}
+
+// roundTrip re-encodes a decoded value and decodes it again; the result
+// must equal the first decode (after norm, when given).
+func roundTrip(t *testing.T, name string, got unmarshaler, norm func(any) any) {
+	t.Helper()
+	b := got.(marshaler).Marshal(nil) // *T has T's value-receiver Marshal
+	again := reflect.New(reflect.TypeOf(got).Elem()).Interface().(unmarshaler)
+	if err := again.Unmarshal(b); err != nil {
+		t.Fatalf("%s: re-decoding its own encoding: %v\n% x", name, err, b)
+	}
+	a, c := reflect.ValueOf(got).Elem().Interface(), reflect.ValueOf(again).Elem().Interface()
+	if norm != nil {
+		a, c = norm(a), norm(c)
+	}
+	if !reflect.DeepEqual(a, c) {
+		t.Fatalf("%s: round trip\n got %+v\nwant %+v", name, c, a)
+	}
+}
+
+func nvspDecoders() []unmarshaler {
+	return []unmarshaler{
+		&NVSPInit{}, &NVSPInitComplete{}, &NVSPNDISVersion{}, &NVSPNDISConfig{},
+		&NVSPRecvBuf{}, &NVSPRecvBufComplete{}, &NVSPRevokeRecvBuf{},
+		&NVSPSendBuf{}, &NVSPSendBufComplete{}, &NVSPRevokeSendBuf{},
+		&NVSPRNDISPacket{}, &NVSPRNDISComplete{}, &NVSPVFAssociation{},
+		&NVSPSwitchDataPath{}, &NVSPSubchannelRequest{}, &NVSPSubchannelComplete{},
+		&NVSPIndirectionTable{},
+	}
+}
+
+// FuzzNVSP feeds arbitrary bytes, as a hostile peer could send them, to
+// every NVSP decoder and validator. Nothing may panic; every error is a
+// *ProtocolError; everything decoded re-encodes to the same value.
+func FuzzNVSP(f *testing.F) {
+	for _, c := range nvspCases() {
+		f.Add(c.in.Marshal(nil), NVSPProtocolVersion61, uint32(16<<20))
+	}
+	f.Add(NVSPIndirectionTable{Offset: 40}.Marshal(nil), NVSPProtocolVersion6, uint32(0))
+	f.Add([]byte{0x66, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, uint32(0), uint32(0xffffffff))
+	f.Fuzz(func(t *testing.T, data []byte, version, bufLen uint32) {
+		if _, err := NVSPMessageType(data); err != nil {
+			mustBeProtocolError(t, err)
+		}
+		for _, d := range nvspDecoders() {
+			if err := d.Unmarshal(data); err != nil {
+				mustBeProtocolError(t, err)
+				continue
+			}
+			var norm func(any) any
+			if _, ok := d.(*NVSPIndirectionTable); ok {
+				norm = func(v any) any { return v.(NVSPIndirectionTable).Table }
+			}
+			roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, norm)
+			switch m := d.(type) {
+			case *NVSPRecvBufComplete:
+				if err := m.Validate(int(bufLen)); err != nil {
+					mustBeProtocolError(t, err)
+				} else if uint64(m.Section.SubAllocSize)*uint64(m.Section.NumSubAllocs) > uint64(bufLen) ||
+					m.Section.NumSubAllocs == 0 || m.Section.Offset != 0 {
+					t.Fatalf("Validate accepted sections that do not fit: %+v in %d", m, bufLen)
+				}
+			case *NVSPSendBufComplete:
+				if n, err := m.SectionCount(int(bufLen)); err != nil {
+					mustBeProtocolError(t, err)
+				} else if n < 1 || uint64(n)*uint64(m.SectionSize) > uint64(bufLen) {
+					t.Fatalf("SectionCount = %d for %d-byte sections in %d", n, m.SectionSize, bufLen)
+				}
+			case *NVSPRNDISPacket:
+				const size, count = 6144, 2730
+				off, n, ok, err := m.Section(size, count)
+				if err != nil {
+					mustBeProtocolError(t, err)
+				} else if ok && (off < 0 || n <= 0 || off+n > size*count) {
+					t.Fatalf("Section = %d+%d outside the buffer", off, n)
+				}
+			case *NVSPIndirectionTable:
+				var v NVSPIndirectionTable
+				if err := v.UnmarshalVersion(data, version); err != nil {
+					mustBeProtocolError(t, err)
+				} else if uint64(v.Offset)+4*VRSSSendTabSize > uint64(len(data)) {
+					t.Fatalf("table at %d outside %d bytes", v.Offset, len(data))
+				}
+			}
+		}
+	})
+}
+
+// FuzzRNDISPacket decodes arbitrary bytes as a PACKET_MSG and walks all of
+// its per-packet info. A packet that decodes re-encodes, with the info
+// this package understands, to a packet with the same frame and info.
+func FuzzRNDISPacket(f *testing.F) {
+	var info PacketInfo
+	info.SetChecksum(uint32(RxChecksumTCPOK))
+	info.SetVLAN(NewVLANInfo(1, true, 42))
+	info.SetHashValue(9)
+	info.SetHashInfo(NDISHashFunctionToeplitz | NDISHashTCPIPv4)
+	info.SetPktID(NewPktInfoID(PktInfoSubAlloc, 3))
+	info.SetLSO(NewLSOv2(1400, 34, false))
+	buf := make([]byte, 2048)
+	n, _ := PutRNDISPacket(buf, &info, testFrame(60))
+	f.Add(bytes.Clone(buf[:n]))
+	n, _ = PutRNDISPacket(buf, nil, testFrame(14))
+	f.Add(bytes.Clone(buf[:n]))
+	n, _ = PutRNDISPacketAt(buf, &info, testFrame(100), 256, 400)
+	f.Add(bytes.Clone(buf[:n]))
+	f.Add(RNDISPacketHeader{MessageLength: 50, DataOffset: 37, DataLength: 5}.Marshal(make([]byte, 0, 50)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParseRNDISPacket(data)
+		if err != nil {
+			mustBeProtocolError(t, err)
+			return
+		}
+		if int(p.MessageLength) > len(data) || p.MessageLength < RNDISPacketHeaderSize {
+			t.Fatalf("MessageLength %d of %d bytes", p.MessageLength, len(data))
+		}
+		msg := data[:p.MessageLength]
+		s := RNDISHeaderSize + int(p.DataOffset)
+		if len(p.Frame) == 0 || len(p.Frame) != int(p.DataLength) || s+len(p.Frame) > len(msg) || &p.Frame[0] != &msg[s] {
+			t.Fatalf("frame outside the message: %+v", p.RNDISPacketHeader)
+		}
+		if len(p.PPI) > 0 && RNDISHeaderSize+int(p.PerPacketInfoOffset)+len(p.PPI) > len(msg) {
+			t.Fatal("PPI area outside the message")
+		}
+		if err := p.Unsupported(); err != nil {
+			mustBeProtocolError(t, err)
+		}
+		it := p.PPIs()
+		walked := 0
+		for e, ok := it.Next(); ok; e, ok = it.Next() {
+			walked += PPIHeaderSize + len(e.Data)
+			if _, err := e.Uint32(); err != nil {
+				mustBeProtocolError(t, err)
+			}
+		}
+		if walked > len(p.PPI) {
+			t.Fatalf("walked %d bytes of a %d-byte area", walked, len(p.PPI))
+		}
+		got, err := p.Info()
+		if err != nil {
+			mustBeProtocolError(t, err)
+			return
+		}
+		if it.Err() != nil {
+			t.Fatalf("Info succeeded where the walk failed: %v", it.Err())
+		}
+		out := make([]byte, RNDISPacketLen(&got, len(p.Frame)))
+		if _, err := PutRNDISPacket(out, &got, p.Frame); err != nil {
+			t.Fatal(err)
+		}
+		q, err := ParseRNDISPacket(out)
+		if err != nil {
+			t.Fatalf("re-encoded packet rejected: %v", err)
+		}
+		again, err := q.Info()
+		if err != nil || again != got || !bytes.Equal(q.Frame, p.Frame) {
+			t.Fatalf("re-encoded packet differs: %v %+v %+v", err, again, got)
+		}
+	})
+}
+
+func rndisControlDecoders() []unmarshaler {
+	return []unmarshaler{
+		&RNDISInitialize{}, &RNDISInitializeCmplt{}, &RNDISHalt{}, &RNDISQuery{},
+		&RNDISQueryCmplt{}, &RNDISSet{}, &RNDISSetCmplt{}, &RNDISReset{},
+		&RNDISResetCmplt{}, &RNDISKeepalive{}, &RNDISKeepaliveCmplt{}, &RNDISIndicateStatus{},
+	}
+}
+
+func ndisObjectDecoders() []unmarshaler {
+	return []unmarshaler{&OffloadParameters{}, &Offload{}, &RSSCapabilities{}, &RSSParameters{}}
+}
+
+// fuzzNDISObjects runs every NDIS object decoder over b.
+func fuzzNDISObjects(t *testing.T, b []byte) {
+	for _, d := range ndisObjectDecoders() {
+		if err := d.Unmarshal(b); err != nil {
+			mustBeProtocolError(t, err)
+			continue
+		}
+		var norm func(any) any
+		if _, ok := d.(*RSSParameters); ok {
+			// Marshal always writes revision 2 with the table then the key
+			// after the 40-byte object.
+			norm = func(v any) any {
+				p := v.(RSSParameters)
+				p.Header = NDISObjectHeader{}
+				return p
+			}
+			p := d.(*RSSParameters)
+			if err := p.Validate(8); err != nil {
+				mustBeProtocolError(t, err)
+			}
+			_ = p.Lookup(0x12345678)
+		}
+		roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, norm)
+	}
+	if _, err := ParseInfoUint32(b); err != nil {
+		mustBeProtocolError(t, err)
+	}
+	if _, err := ParseInfoMAC(b); err != nil {
+		mustBeProtocolError(t, err)
+	}
+}
+
+// FuzzRNDISControl feeds arbitrary bytes to every RNDIS control decoder,
+// and the info buffers that decode to every NDIS object decoder.
+func FuzzRNDISControl(f *testing.F) {
+	for _, c := range rndisControlCases() {
+		f.Add(c.in.Marshal(nil))
+	}
+	key := MicrosoftRSSKey()
+	table := make([]uint32, 128)
+	f.Add(RNDISSet{1, OIDGenReceiveScaleParameters, NewRSSParameters(NDISHashFunctionToeplitz, key[:], table).Marshal(nil), 0}.Marshal(nil))
+	f.Add(RNDISSet{2, OIDTCPOffloadParameters, OffloadParameters{}.Marshal(nil), 0}.Marshal(nil))
+	f.Add(RNDISQueryCmplt{3, 0, Offload{}.Marshal(nil)}.Marshal(nil))
+	f.Add(RNDISQueryCmplt{4, 0, RSSCapabilities{NumReceiveQueues: 4}.Marshal(nil)}.Marshal(nil))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, n, err := ParseRNDISHeader(data); err != nil {
+			mustBeProtocolError(t, err)
+		} else if n < RNDISHeaderSize || n > len(data) {
+			t.Fatalf("message length %d of %d bytes", n, len(data))
+		}
+		if _, err := RNDISMessageType(data); err != nil {
+			mustBeProtocolError(t, err)
+		}
+		if _, _, err := RNDISCompletionRequestID(data); err != nil {
+			mustBeProtocolError(t, err)
+		}
+		for _, d := range rndisControlDecoders() {
+			if err := d.Unmarshal(data); err != nil {
+				mustBeProtocolError(t, err)
+				continue
+			}
+			roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, normalize)
+			switch m := d.(type) {
+			case *RNDISQuery:
+				fuzzNDISObjects(t, m.Info)
+			case *RNDISSet:
+				fuzzNDISObjects(t, m.Info)
+			case *RNDISQueryCmplt:
+				fuzzNDISObjects(t, m.Info)
+			case *RNDISIndicateStatus:
+				fuzzNDISObjects(t, m.Buf)
+			case *RNDISInitializeCmplt:
+				if a := m.PacketAlignment(); a < 4 || a > 4096 || a&(a-1) != 0 {
+					t.Fatalf("alignment %d", a)
+				}
+			}
+		}
+		fuzzNDISObjects(t, data)
+	})
+}
+
+// FuzzPPI walks an arbitrary per-packet-info area. Whatever ParsePacketInfo
+// accepts re-encodes to an area that parses to the same info.
+func FuzzPPI(f *testing.F) {
+	var info PacketInfo
+	info.SetChecksum(1)
+	info.SetVLAN(2)
+	info.SetPktID(3)
+	f.Add(info.AppendPPIs(nil))
+	f.Add(AppendPPI(AppendPPIUint32(nil, PPINBLHashValue, 5), PPIOriginalPktInfo, []byte{1, 2, 3}))
+	f.Add([]byte{0x10, 0, 0, 0, 6, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, area []byte) {
+		it := NewPPIIter(area)
+		total := 0
+		for e, ok := it.Next(); ok; e, ok = it.Next() {
+			total += PPIHeaderSize + len(e.Data)
+			if total > len(area) {
+				t.Fatalf("walk ran past the area")
+			}
+		}
+		if err := it.Err(); err != nil {
+			mustBeProtocolError(t, err)
+		}
+		pi, err := ParsePacketInfo(area)
+		if err != nil {
+			mustBeProtocolError(t, err)
+			return
+		}
+		again, err := ParsePacketInfo(pi.AppendPPIs(nil))
+		if err != nil || again != pi {
+			t.Fatalf("re-encoded info: %v %+v != %+v", err, again, pi)
+		}
+	})
+}
