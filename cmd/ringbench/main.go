@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 
 	"vmbusd/vmbus"
 )
@@ -36,8 +34,10 @@ Sizes accept K/M/G suffixes (powers of 1024). SIZE must be a multiple of 8, from
 Each ring is a 4096-byte header page (windex, rindex, imask, pending_send, feature_bits at 64)
 and a data area. A packet is a 16-byte descriptor (type 6, hlen 2, tlen, flags 0, xactid), the
 payload, and an 8-byte trailer. Payload word 0 = seq, word k = (seq+1)*0x9E3779B97F4A7C15 +
-k*0xD1B54A32D192ED03. The sender writes up to 64 packets (or what fits) per Commit; the receiver
-reads until the ring is empty (at most 64 packets) per Commit.
+k*0xD1B54A32D192ED03 (generated into a buffer that Write copies into the ring; checked after Read
+copies the packet out). Batching, as a driver does: the sender writes what fits, up to 64 packets
+or 32 KiB, then Commits once; the receiver reads until the ring is empty, up to 64 packets or
+32 KiB, then Commits once.
 
 The last stdout line is
   result op=send|recv role=guest|host pkts= payload_bytes= secs= pps= MBps= signals= waits= errors=
@@ -45,27 +45,11 @@ MBps = payload bytes / 1e6 / secs. The receiver's clock runs from packet 0 to pa
 sender's from before packet 0 to after packet N-1. signals: sender = Commits that said to signal
 the reader; receiver = Commits that said to signal the writer (pending_send_sz rule). waits:
 sender = packets that found the ring full; receiver = times the ring was found empty. errors:
-packets with a bad type, xactid != seq, zero length or a broken pattern (first 10 on stderr).
+packets with a bad type, xactid != seq, zero length or a broken pattern (first 10 on stderr);
+a packet vmbus.InRing.Read rejects as corrupt (unknown type, bad lengths) ends the run, exit 2.
 Exit status: 0 ok, 1 verification errors or timeout, 2 usage or setup error.
 Env RINGBENCH_CPUPROFILE=FILE writes a pprof CPU profile of send/recv to FILE.
 `
-
-// options are the flags shared by send and recv.
-type options struct {
-	host    bool
-	cpu     int
-	waitUS  int
-	timeout float64
-	seqOnly bool // -x
-	plain   bool // -P, accepted and ignored
-}
-
-func (o *options) role() string {
-	if o.host {
-		return "host"
-	}
-	return "guest"
-}
 
 func main() {
 	o, args := parseOptions(os.Args[1:])
@@ -81,38 +65,44 @@ func main() {
 			fatal("%v", err)
 		}
 	case len(args) == 4 && args[0] == "send":
-		n, size := parseNum(args[2]), parseNum(args[3])
-		if size < 8 || size%8 != 0 || size > maxPayload {
-			fatal("SIZE must be a multiple of 8 in [8, 524264]")
-		}
-		outMem, _ := setup(o, args[1])
-		if 16+size+8 >= uint64(len(outMem)-headerPage) {
-			fatal("packet does not fit the ring")
-		}
-		out, err := vmbus.NewOutRing(outMem)
-		if err != nil {
-			fatal("%v", err)
-		}
-		stop := startProfile()
-		r := send(o, out, n, size)
-		stop()
-		r.print()
+		runSend(o, args[1], parseNum(args[2]), parseNum(args[3]))
 	case len(args) == 3 && args[0] == "recv":
-		n := parseNum(args[2])
-		_, inMem := setup(o, args[1])
-		in, err := vmbus.NewInRing(inMem, 0)
-		if err != nil {
-			fatal("%v", err)
-		}
-		stop := startProfile()
-		r := recv(o, in, n)
-		stop()
-		r.print()
-		if r.errors != 0 {
-			os.Exit(1)
-		}
+		runRecv(o, args[1], parseNum(args[2]))
 	default:
 		usage()
+	}
+}
+
+func runSend(o *options, path string, n, size uint64) {
+	if size < 8 || size%8 != 0 || size > maxPayload {
+		fatal("SIZE must be a multiple of 8 in [8, 524264]")
+	}
+	mem, _ := setup(o, path)
+	if 16+size+8 >= uint64(len(mem)-headerPage) {
+		fatal("packet does not fit the ring")
+	}
+	out, err := vmbus.NewOutRing(mem)
+	if err != nil {
+		fatal("%v", err)
+	}
+	stop := startProfile()
+	r := send(o, out, n, size)
+	stop()
+	r.print()
+}
+
+func runRecv(o *options, path string, n uint64) {
+	_, mem := setup(o, path)
+	in, err := vmbus.NewInRing(mem, 0)
+	if err != nil {
+		fatal("%v", err)
+	}
+	stop := startProfile()
+	r := recv(o, in, n)
+	stop()
+	r.print()
+	if r.errors != 0 {
+		os.Exit(1)
 	}
 }
 
@@ -150,96 +140,6 @@ func startProfile() (stop func()) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}
-}
-
-// parseOptions reads options like getopt("+r:c:w:t:xP"): clustered flags,
-// values attached or separate, stop at the first non-option or "--".
-func parseOptions(args []string) (*options, []string) {
-	o := &options{cpu: -1, timeout: 30}
-	for len(args) > 0 {
-		a := args[0]
-		if a == "--help" || a == "-help" {
-			fmt.Print(help)
-			os.Exit(0)
-		}
-		if a == "--" {
-			return o, args[1:]
-		}
-		if len(a) < 2 || a[0] != '-' {
-			break
-		}
-		args = args[1:]
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			switch c {
-			case 'x':
-				o.seqOnly = true
-				continue
-			case 'P':
-				o.plain = true
-				continue
-			case 'h':
-				fmt.Print(help)
-				os.Exit(0)
-			case 'r', 'c', 'w', 't':
-			default:
-				usage()
-			}
-			val := a[j+1:]
-			if val == "" {
-				if len(args) == 0 {
-					usage()
-				}
-				val, args = args[0], args[1:]
-			}
-			if !setOption(o, c, val) {
-				usage()
-			}
-			break
-		}
-	}
-	return o, args
-}
-
-func setOption(o *options, c byte, val string) bool {
-	var err error
-	switch c {
-	case 'r':
-		if val != "guest" && val != "host" {
-			return false
-		}
-		o.host = val == "host"
-	case 'c':
-		o.cpu, err = strconv.Atoi(val)
-	case 'w':
-		o.waitUS, err = strconv.Atoi(val)
-		err = nonNegative(o.waitUS, err)
-	case 't':
-		o.timeout, err = strconv.ParseFloat(val, 64)
-	}
-	return err == nil
-}
-
-func nonNegative(v int, err error) error {
-	if err == nil && v < 0 {
-		return strconv.ErrRange
-	}
-	return err
-}
-
-// parseNum parses a count or size: decimal, 0x hex or 0 octal, with an
-// optional K, M or G suffix (powers of 1024).
-func parseNum(s string) uint64 {
-	orig, shift := s, 0
-	if i := strings.IndexAny(s, "KMG"); i >= 0 && i == len(s)-1 {
-		shift = 10 * (1 + strings.IndexByte("KMG", s[i]))
-		s = s[:i]
-	}
-	v, err := strconv.ParseUint(s, 0, 64)
-	if err != nil || v > ^uint64(0)>>shift {
-		fatal("bad number '%s'", orig)
-	}
-	return v << shift
 }
 
 func usage() {

@@ -116,7 +116,8 @@ func send(o *options, out *vmbus.OutRing, n, size uint64) result {
 
 // recv reads n packets and checks each: type inband, xactid = seq, a
 // non-empty payload that follows the pattern (-x: word 0 only). It reads
-// until the ring is empty (or batch packets), then Commits once; signals
+// until the ring is empty (at most batch packets or batchLimit bytes), then
+// Commits once; signals
 // counts the Commits that asked to signal the writer (pending_send_sz
 // rule), waits the times the ring was found empty. The clock runs from the
 // arrival of packet 0 to that of packet n-1.
