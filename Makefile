@@ -3,7 +3,8 @@
 
 GO       ?= go
 # Helper programs for interop tests (DPDK's ring code, DPDK's netvsc PMD).
-TOOLS    ?= $(abspath ../shared/tools)
+# Found beside the repository (../shared/tools) or set TOOLS=DIR.
+TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools /work/shared/tools)))
 OUT      ?= $(abspath out)
 FUZZTIME ?= 10s
 
@@ -31,6 +32,7 @@ interop: $(OUT)/ringpeer
 	RINGPEER=$(OUT)/ringpeer VMBUSD_REQUIRE_INTEROP=1 $(GO) test -count=1 -run Interop -v ./cmd/ringbench
 
 $(OUT)/ringpeer:
+	@test -n "$(TOOLS)" || { echo "ringpeer sources not found: set TOOLS=/path/to/shared/tools"; exit 1; }
 	$(TOOLS)/ringpeer/build.sh $(OUT)
 
 test: vet unit fuzz interop
