@@ -6,3 +6,8 @@ require (
 	github.com/google/uuid v1.6.0
 	golang.org/x/sys v0.50.0
 )
+
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+)
