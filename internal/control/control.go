@@ -1,0 +1,201 @@
+// Package control is vmbusd's control socket: HTTP over a Unix stream
+// socket in the runtime directory, used by `vmbusd stats`, `status` and
+// `capture`. The socket is created mode 0600; a stale socket left by a
+// crashed daemon is detected (nobody answers) and replaced, a live one is
+// refused; every connection's peer credentials are checked (root or the
+// daemon's own user).
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Server serves the control API.
+type Server struct {
+	path string
+	ln   net.Listener
+	srv  *http.Server
+	log  *slog.Logger
+	// allowed reports whether a peer uid may use the socket.
+	allowed func(uid uint32) bool
+}
+
+// ErrRunning is returned when another live process owns the socket.
+var ErrRunning = errors.New("control: another vmbusd is already running on this socket")
+
+// Listen creates the socket at path (and its directory, 0755) and returns a
+// server for handler. It refuses when a live daemon answers on path.
+func Listen(path string, handler http.Handler, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	ln, err := listenUnix(path)
+	if err != nil {
+		return nil, err
+	}
+	me := uint32(os.Getuid())
+	s := &Server{path: path, log: log, allowed: func(uid uint32) bool { return uid == 0 || uid == me }}
+	s.ln = &credListener{Listener: ln, s: s}
+	s.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	return s, nil
+}
+
+// listenUnix binds path with mode 0600, replacing a stale socket.
+func listenUnix(path string) (net.Listener, error) {
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err == nil {
+		ln.(*net.UnixListener).SetUnlinkOnClose(true)
+		return ln, nil
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("control: listen %s: %w", path, err)
+	}
+	// Someone left a socket file. If it answers, a daemon is running.
+	if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+		c.Close()
+		return nil, fmt.Errorf("%w (%s)", ErrRunning, path)
+	}
+	if st, serr := os.Lstat(path); serr == nil && st.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("control: %s exists and is not a socket; refusing to replace it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control: remove stale socket %s: %w", path, err)
+	}
+	old = unix.Umask(0o177)
+	ln, err = net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("control: listen %s: %w", path, err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+// Serve answers requests until ctx ends, then shuts down.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.srv.Shutdown(sctx)
+		return nil
+	}
+}
+
+// Close stops the server at once and removes the socket.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// Path returns the socket path.
+func (s *Server) Path() string { return s.path }
+
+// credListener refuses connections from users other than root and the
+// daemon's own.
+type credListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *credListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uid, pid, err := peerCred(c)
+		if err == nil && l.s.allowed(uid) {
+			return c, nil
+		}
+		l.s.log.Warn("control connection refused", "uid", uid, "pid", pid, "err", err)
+		io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		c.Close()
+	}
+}
+
+func peerCred(c net.Conn) (uid uint32, pid int32, err error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, 0, errors.New("not a unix connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return cred.Uid, cred.Pid, nil
+}
+
+// Client talks to a daemon's control socket.
+type Client struct {
+	path string
+	http *http.Client
+}
+
+// NewClient returns a client for the socket at path.
+func NewClient(path string) *Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	return &Client{path: path, http: &http.Client{Transport: tr}}
+}
+
+// Get performs GET path (e.g. "/v1/stats?json=1") and returns the response
+// body for the caller to read and close. A daemon that is not running gives
+// a clear error naming the socket.
+func (c *Client) Get(ctx context.Context, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://vmbusd"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("no vmbusd running on %s (start it with `vmbusd run`, or pass --control)", c.path)
+		}
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("permission denied on %s: run as root or as the daemon's user", c.path)
+		}
+		return nil, fmt.Errorf("control %s: %w", c.path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusForbidden {
+			return nil, fmt.Errorf("vmbusd refused the request: only root or the daemon's user may use %s", c.path)
+		}
+		return nil, fmt.Errorf("vmbusd: %s: %s", resp.Status, string(b))
+	}
+	return resp.Body, nil
+}

@@ -1,0 +1,97 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestServeAndClient(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run", "control.sock")
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })
+	s, err := Listen(path, mux, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 || st.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket mode %v, err %v; want 0600 socket", st.Mode(), err)
+	}
+	body, err := NewClient(path).Get(context.Background(), "/v1/ping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(body)
+	body.Close()
+	if string(b) != "pong" {
+		t.Fatalf("got %q", b)
+	}
+	// A second daemon on the same socket is refused.
+	if _, err := Listen(path, mux, nil); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Listen: %v, want ErrRunning", err)
+	}
+	cancel()
+	<-done
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left after shutdown: %v", err)
+	}
+}
+
+func TestStaleSocketIsReplaced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	// A socket file nobody listens on, as a crashed daemon leaves.
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	s, err := Listen(path, http.NewServeMux(), nil)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	s.Close()
+}
+
+func TestRefusesToReplaceARegularFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	os.WriteFile(path, []byte("precious"), 0o644)
+	if _, err := Listen(path, http.NewServeMux(), nil); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("Listen over a regular file: %v", err)
+	}
+}
+
+func TestPeerCredentialsChecked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })
+	s, err := Listen(path, mux, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.allowed = func(uid uint32) bool { return false } // as if we were another user
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx)
+	_, err = NewClient(path).Get(context.Background(), "/v1/ping")
+	if err == nil || !strings.Contains(err.Error(), "only root or the daemon's user") {
+		t.Fatalf("Get as a refused user: %v", err)
+	}
+}
+
+func TestClientWithoutDaemon(t *testing.T) {
+	_, err := NewClient(filepath.Join(t.TempDir(), "none.sock")).Get(context.Background(), "/v1/stats")
+	if err == nil || !strings.Contains(err.Error(), "no vmbusd running") {
+		t.Fatalf("error %v", err)
+	}
+}
