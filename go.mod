@@ -9,5 +9,7 @@ require (
 
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
-	golang.org/x/net v0.62.0 // indirect
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
+	golang.org/x/net v0.62.0
 )

@@ -20,6 +20,9 @@ type Channel struct {
 	mem   []byte   // whole ring mapping: guest-to-host ring, then host-to-guest
 	split int      // where the host-to-guest ring starts
 	file  *os.File // a sub-channel's ring file
+	// wake gets a token for every guest signal, for services that wait
+	// on more than the ring (netvsp.go).
+	wake chan struct{}
 }
 
 // Session returns the session the channel belongs to.
@@ -51,7 +54,16 @@ func (c *Channel) Signal() error {
 
 // guestSignal is the guest signalling the host for this channel (monitor
 // bit, or write(1) on a non-monitored channel).
-func (c *Channel) guestSignal() { c.Notify() }
+func (c *Channel) guestSignal() {
+	c.Notify()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeCh delivers a token after guest signals (at most one pending).
+func (c *Channel) wakeCh() <-chan struct{} { return c.wake }
 
 // Flush publishes what the host wrote, after applying any pending fault.
 func (c *Channel) Flush() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -41,10 +42,28 @@ type DeviceConfig struct {
 	// HvSock marks an hv_sock channel device whose opener chooses the ring
 	// sizes (DESIGN.md).
 	HvSock bool
+	// HvSockForGuestAccept is an hv_sock offer's is_for_guest_accept
+	// (Linux: u.pipe.user_def[0]): set when the host initiated the
+	// connection and a guest listener is to accept it.
+	HvSockForGuestAccept bool
+	// Admit, when not nil, runs at every open before the channel is set
+	// up (the host accepting OPENCHANNEL); an error refuses the open: the
+	// guest gets no hello.
+	Admit func() error
 	// Service runs the host end; nil means the device only echoes (Echo).
 	Service Service
 	// NUMANode is shown in numa_node.
 	NUMANode int
+	// Driver is the driver that has the device when it is offered:
+	// DriverUIO ("" means that), DriverNetvsc (network class only: a
+	// kernel NIC) or DriverNone (unbound). Sysfs writes move it later
+	// (drivers.go).
+	Driver string
+	// IfName and MAC are the kernel netdev's name and address while
+	// hv_netvsc has the device ("": the lowest free ethN; nil: derived
+	// from the instance, see Device.MAC).
+	IfName string
+	MAC    net.HardwareAddr
 }
 
 // Device is one offered device. Safe for concurrent use.
@@ -54,9 +73,10 @@ type Device struct {
 	path   string // R/sys/bus/vmbus/devices/<guid>
 	relid  uint32
 	mon    int
-	uioN   int
-	node   *node
+	uioN   int   // while bound to uio_hv_generic (under mu; drivers.go)
+	node   *node // while bound to uio_hv_generic (under mu)
 	faults Faults
+	drv    devBinding // the driver that has the device (drivers.go)
 
 	recvFile, sendFile   *os.File
 	recvMem, sendMem     []byte
@@ -65,6 +85,7 @@ type Device struct {
 	mu        sync.Mutex
 	sess      *Session
 	rescinded bool
+	gone      chan struct{} // closed when Rescind has finished
 	opens     atomic.Uint64
 }
 
@@ -75,8 +96,8 @@ const (
 	DefaultSendBuffer = 16 << 20
 )
 
-// AddDevice offers a device bound to uio_hv_generic: its sysfs directory,
-// uio node and R/dev/uioN socket appear.
+// AddDevice offers a device bound to uio_hv_generic (or to cfg.Driver): its
+// sysfs directory, uio node and R/dev/uioN socket appear.
 func (h *Host) AddDevice(cfg DeviceConfig) (*Device, error) {
 	if cfg.Instance.IsZero() {
 		rand.Read(cfg.Instance[:])
@@ -95,7 +116,10 @@ func (h *Host) AddDevice(cfg DeviceConfig) (*Device, error) {
 	if cfg.Service == nil {
 		cfg.Service = Echo{}
 	}
-	if cfg.NotMonitored && h.cfg.Profile.RequiresMonitor() {
+	if err := cfg.fillDriver(); err != nil {
+		return nil, err
+	}
+	if cfg.NotMonitored && cfg.Driver == DriverUIO && h.cfg.Profile.RequiresMonitor() {
 		return nil, fmt.Errorf("sim: kernel profile %s: uio_hv_generic refuses a channel without a monitor id", h.cfg.Profile)
 	}
 	if !h.cfg.Profile.NICBuffersOnly() && cfg.RecvBuffer == 0 {
@@ -110,9 +134,8 @@ func (h *Host) AddDevice(cfg DeviceConfig) (*Device, error) {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("sim: device %s already offered", cfg.Instance)
 	}
-	d := &Device{host: h, cfg: cfg, relid: h.nextRelID, mon: -1, uioN: h.nextUIO}
+	d := &Device{host: h, cfg: cfg, relid: h.nextRelID, mon: -1, uioN: -1, gone: make(chan struct{})}
 	h.nextRelID++
-	h.nextUIO++
 	if !cfg.NotMonitored {
 		if h.nextMon >= vmbus.MaxMonitorID {
 			h.mu.Unlock()
@@ -149,42 +172,16 @@ func (d *Device) offer() error {
 		}
 	}
 	d.path, err = writeDevice(h.cfg.Root, devAttrs{Class: d.cfg.Class, Instance: d.cfg.Instance,
-		RelID: d.relid, MonitorID: d.mon, NUMANode: d.cfg.NUMANode})
+		RelID: d.relid, MonitorID: d.mon, NUMANode: d.cfg.NUMANode,
+		HvSock: d.cfg.HvSock, ForGuestAccept: d.cfg.HvSockForGuestAccept})
 	if err != nil {
 		return err
 	}
 	if err := writeChannel(d.path, chanAttrs{RelID: d.relid, MonitorID: d.mon}); err != nil {
 		return err
 	}
-	d.node, err = listenNode(nodeConfig{
-		Path:          filepath.Join(h.cfg.Root, "dev", fmt.Sprintf("uio%d", d.uioN)),
-		WantRingSizes: d.cfg.HvSock,
-		Open:          d.open,
-		Control:       d.control,
-		Closed:        d.closed,
-		Violation:     func(what string) { h.violation(d.cfg.Instance, what) },
-		Logger:        h.log,
-	})
-	if err != nil {
-		return err
-	}
-	maps := []uioMap{
-		{Name: "txrx_rings", Size: uint64(2 * d.cfg.RingSize)},
-		{Name: "int_page", Size: 4096},
-		{Name: "monitor_page", Size: vmbus.MonitorPageSize},
-	}
-	if d.cfg.RecvBuffer > 0 {
-		maps = append(maps,
-			uioMap{Name: fmt.Sprintf("recv:%d", d.recvGPADL), Size: uint64(d.cfg.RecvBuffer)},
-			uioMap{Name: fmt.Sprintf("send:%d", d.sendGPADL), Size: uint64(d.cfg.SendBuffer)})
-	}
-	if err := writeUIONode(h.cfg.Root, d.path, d.uioN, maps); err != nil {
-		d.node.Close()
-		return err
-	}
-	h.log.Info("device offered", "class", vmbus.ClassName(d.cfg.Class), "instance", d.cfg.Instance.String(),
-		"relid", d.relid, "monitor_id", d.mon, "uio", fmt.Sprintf("uio%d", d.uioN))
-	return nil
+	// The device appears on the bus and its driver probes it (drivers.go).
+	return d.probeOffered()
 }
 
 // Instance returns the device's instance GUID; Path its sysfs directory;
@@ -194,8 +191,14 @@ func (d *Device) Path() string         { return d.path }
 func (d *Device) RelID() uint32        { return d.relid }
 func (d *Device) MonitorID() int       { return d.mon }
 
-// UIONode returns the path of the device's R/dev/uioN socket.
+// UIONode returns the path of the device's R/dev/uioN socket, or "" while
+// uio_hv_generic does not have the device.
 func (d *Device) UIONode() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.node == nil {
+		return ""
+	}
 	return filepath.Join(d.host.cfg.Root, "dev", fmt.Sprintf("uio%d", d.uioN))
 }
 
@@ -222,9 +225,18 @@ func (d *Device) Buffers() (recv, send []byte, recvGPADL, sendGPADL uint32) {
 // kernel's first open() does (hv_uio_open -> vmbus_connect_ring).
 func (d *Device) open(c *nodeConn, outSize, inSize uint32) ([]*os.File, error) {
 	h := d.host
+	if d.cfg.Admit != nil {
+		if err := d.cfg.Admit(); err != nil {
+			return nil, err
+		}
+	}
 	out, in := d.cfg.RingSize, d.cfg.RingSize
 	if d.cfg.HvSock {
 		out, in = vmbus.ClampHvSockRing(outSize), vmbus.ClampHvSockRing(inSize)
+		size := filepath.Join(d.path, "uio", fmt.Sprintf("uio%d", d.uioN), "maps", "map0", "size")
+		if err := updateAttr(size, fmt.Sprintf("0x%016x\n", out+in)); err != nil {
+			return nil, err
+		}
 	}
 	s, err := newSession(d, c, out, in)
 	if err != nil {
@@ -273,18 +285,20 @@ func (d *Device) Rescind() error {
 	d.mu.Lock()
 	if d.rescinded {
 		d.mu.Unlock()
+		<-d.gone // a concurrent Rescind: return once the device is gone
 		return nil
 	}
 	d.rescinded = true
+	offered := d.drv.offered
 	d.mu.Unlock()
+	defer close(d.gone)
+	if !offered {
+		return nil // still being offered: the offer sees the flag and undoes itself
+	}
 	h := d.host
-	err := d.node.Close() // the guest sees EOF; closed() stops the session
-	if s := d.Session(); s != nil {
-		s.stop()
-	}
-	if e := removeUIONode(h.cfg.Root, d.path, d.uioN); e != nil && err == nil {
-		err = e
-	}
+	// Unbind first: a guest holding the uio node sees EOF and its session
+	// stops; a kernel NIC's netdev goes (drivers.go).
+	err := d.detachForRescind()
 	if e := removeDevice(h.cfg.Root, d.path); e != nil && err == nil {
 		err = e
 	}

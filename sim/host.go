@@ -8,9 +8,13 @@ import (
 	bits32 "math/bits"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"vmbusd/vmbus"
 )
@@ -38,13 +42,14 @@ type Host struct {
 	mu        sync.Mutex
 	devs      map[vmbus.GUID]*Device
 	nextRelID uint32
-	nextUIO   int
 	nextMon   int
 	nextGPADL uint32
 	monitored map[int]*Channel // monitor id -> channel, while its device is open
 	monKick   chan struct{}
 	viol      map[string]uint64
 	closed    bool
+
+	drv *driverCore // driver binding and its sysfs watcher (drivers.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -60,6 +65,26 @@ type Config struct {
 	// MonitorScan is the monitor-page scan interval used for channels whose
 	// guest set no latency (Linux's comment: about 100 µs).
 	MonitorScan time.Duration
+	// AbsoluteLinks writes the tree's symbolic links with absolute targets
+	// inside Root instead of kernfs's relative text, so that a guest that
+	// bind-mounts only R/sys/bus and R/sys/class over /sys (the DPDK
+	// dpdk-guest tool) still reaches the device directories in
+	// R/sys/devices. The layout is otherwise the same.
+	AbsoluteLinks bool
+}
+
+// absLinkRoots holds the roots whose hosts write absolute links.
+var absLinkRoots sync.Map // string -> struct{}
+
+// absoluteLinks reports whether a link at p belongs to such a root.
+func absoluteLinks(p string) bool {
+	abs := false
+	absLinkRoots.Range(func(k, _ any) bool {
+		r := k.(string)
+		abs = p == r || strings.HasPrefix(p, r+string(filepath.Separator))
+		return !abs
+	})
+	return abs
 }
 
 // New creates the tree under cfg.Root and returns a host with no devices.
@@ -78,6 +103,9 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	cfg.Root = root
+	if cfg.AbsoluteLinks {
+		absLinkRoots.Store(root, struct{}{})
+	}
 	if err := initTree(root, cfg.Profile); err != nil {
 		return nil, err
 	}
@@ -94,6 +122,10 @@ func New(cfg Config) (*Host, error) {
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.wg.Add(1)
 	go h.runMonitor()
+	if err := h.startDrivers(); err != nil { // drivers.go
+		h.Close()
+		return nil, err
+	}
 	h.log.Info("simulated host started", "root", root, "profile", cfg.Profile.String())
 	return h, nil
 }
@@ -164,6 +196,22 @@ func (h *Host) Close() error {
 	return first
 }
 
+// sleepUntilNext sleeps until the deadline after prev (CLOCK_MONOTONIC
+// nanoseconds, 0 for none), interval apart, and returns it; a scanner that
+// fell more than an interval behind starts a new cadence from now.
+func sleepUntilNext(prev int64, interval time.Duration) int64 {
+	var now unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &now)
+	next := prev + int64(interval)
+	if n := now.Nano(); next < n-int64(interval) || next > n+int64(interval) {
+		next = n + int64(interval)
+	}
+	ts := unix.NsecToTimespec(next)
+	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+	}
+	return next
+}
+
 // registerMonitor makes the scanner watch a channel's monitor bit.
 func (h *Host) registerMonitor(id int, c *Channel) {
 	h.mu.Lock()
@@ -187,12 +235,22 @@ func (h *Host) runMonitor() {
 	defer h.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	// Go timers fire about 1 ms late on an idle process, twenty times the
+	// 50 µs DPDK asks for; a latency a guest set below 1 ms is slept on
+	// this goroutine's own thread with an absolute clock_nanosleep and no
+	// timer slack, so the scans keep the guest's cadence.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	var next int64 // CLOCK_MONOTONIC deadline of the next precise scan
 	for {
+		guestSet := false // a guest chose the latency
 		h.mu.Lock()
 		n := len(h.monitored)
 		interval := time.Duration(0)
 		for id := range h.monitored {
 			if lat := vmbus.MonitorLatency(h.monPage, id); lat > 0 {
+				guestSet = true
 				d := time.Duration(lat) * 100 * time.Nanosecond
 				if interval == 0 || d < interval {
 					interval = d
@@ -204,17 +262,28 @@ func (h *Host) runMonitor() {
 			interval = h.cfg.MonitorScan
 		}
 		var wait <-chan time.Time
-		if n > 0 {
-			t.Reset(interval)
-			wait = t.C
-		}
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-h.monKick:
-			t.Stop()
-			continue
-		case <-wait:
+		if n > 0 && guestSet && interval < time.Millisecond {
+			next = sleepUntilNext(next, interval)
+			select {
+			case <-h.ctx.Done():
+				return
+			case <-h.monKick:
+				continue
+			default:
+			}
+		} else {
+			if n > 0 {
+				t.Reset(interval)
+				wait = t.C
+			}
+			select {
+			case <-h.ctx.Done():
+				return
+			case <-h.monKick:
+				t.Stop()
+				continue
+			case <-wait:
+			}
 		}
 		for g := 0; g < vmbus.MaxMonitorID/32; g++ {
 			bits := vmbus.MonitorPending(h.monPage, g)

@@ -76,7 +76,7 @@ func initRings(prof Profile, mem []byte, split int) error {
 
 // newChannel attaches the host end to initialised rings.
 func (s *Session) newChannel(relid uint32, sub uint16, mon int, mem []byte, split int) (*Channel, error) {
-	c := &Channel{sess: s, relid: relid, sub: sub, mon: mon, mem: mem, split: split}
+	c := &Channel{sess: s, relid: relid, sub: sub, mon: mon, mem: mem, split: split, wake: make(chan struct{}, 1)}
 	var err error
 	c.Channel, err = vmbus.NewChannel(vmbus.ChannelConfig{
 		RelID: relid, SubchannelID: sub, Ring: mem, Signaler: c, HostSide: true,

@@ -172,7 +172,18 @@ type devAttrs struct {
 	// are then absent.
 	MonitorID int
 	NUMANode  int // numa_node of the channel's target CPU
+	// HvSock marks an hv_sock offer (chn_flags has TLNPI_PROVIDER_OFFER).
+	// Such offers carry two facts no real sysfs attribute shows, so the
+	// simulator adds exactly two (sim/hvsock.go): chn_flags and
+	// is_for_guest_accept (Linux: u.pipe.user_def[0]).
+	HvSock         bool
+	ForGuestAccept bool
 }
+
+// hvSockChnFlags is the chn_flags of an hv_sock offer as OpenVMM sets it:
+// TLNPI_PROVIDER_OFFER 0x2000 | NAMED_PIPE_MODE 0x10 |
+// ENUMERATE_DEVICE_INTERFACE 0x1 (hvsock.md §1.2).
+const hvSockChnFlags = 0x2011
 
 // writeDevice creates the device's directory and, last, the symlink
 // R/sys/bus/vmbus/devices/<guid> that makes it visible. It returns that
@@ -228,6 +239,19 @@ func writeDevice(root string, a devAttrs) (devDir string, err error) {
 		{"channel_vp_mapping", ""},
 		{"vendor", fmt.Sprintf("0x%x\n", msftVendorID)},
 		{"device", fmt.Sprintf("0x%x\n", devType)},
+	}
+	if a.HvSock {
+		// Simulator-only (sim/hvsock.go): the offer's flags and pipe
+		// direction, which a guest needs to tell an hv_sock channel and
+		// its direction apart; a real kernel keeps them in the channel.
+		accept := 0
+		if a.ForGuestAccept {
+			accept = 1
+		}
+		attrs = append(attrs, []struct{ name, value string }{
+			{"chn_flags", fmt.Sprintf("0x%04x\n", hvSockChnFlags)},
+			{"is_for_guest_accept", fmt.Sprintf("%d\n", accept)},
+		}...)
 	}
 	if a.MonitorID >= 0 {
 		// Hidden when !monitor_allocated (vmbus_dev_attr_is_visible).
@@ -765,7 +789,11 @@ func symlinkAs(path, as, target string) error {
 	if err != nil {
 		return fmt.Errorf("sim: link %s: %w", path, err)
 	}
-	if err := os.Symlink(filepath.Join(rel, filepath.Base(target)), path); err != nil {
+	text := filepath.Join(rel, filepath.Base(target))
+	if absoluteLinks(as) { // Config.AbsoluteLinks
+		text = target
+	}
+	if err := os.Symlink(text, path); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	return nil

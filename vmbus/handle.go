@@ -83,6 +83,18 @@ func Open(dev Device, opts Options) (*Handle, error) {
 	if dev.MonitorID < 0 && !k.ControlSignals {
 		return nil, fmt.Errorf("vmbus: open %s: channel is not monitored and kernel %s cannot signal it from user space (needs 6.10+)", dev.Instance, k.Release)
 	}
+	if opts.RingSizes != [2]uint32{} {
+		// An hv_sock opener's rings are the sizes it asks for, clamped
+		// as the host clamps them: map 0 is sized at the open, so what
+		// sysfs listed before it is stale (DESIGN.md, "The hv_sock
+		// opener's ring sizes").
+		want := uint64(ClampHvSockRing(opts.RingSizes[0]) + ClampHvSockRing(opts.RingSizes[1]))
+		for i := range info.Maps {
+			if info.Maps[i].Name == "txrx_rings" {
+				info.Maps[i].Size = want
+			}
+		}
+	}
 	u, err := uio.Open(info, uio.Options{RingSizes: opts.RingSizes})
 	if err != nil {
 		return nil, fmt.Errorf("vmbus: open %s: %w", dev.Instance, err)

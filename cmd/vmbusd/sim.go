@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,9 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 	ring := fs.String("ring", "2M", "ring size per direction, header page included (K/M suffixes)")
 	notMonitored := fs.Bool("not-monitored", false, "offer channels without a monitor id (guests signal with write(1); 6.10+)")
 	faults := fs.String("fault", "", "comma-separated faults to switch on for every device: "+faultNames())
+	hvsockBase := fs.String("hvsock", "", "serve hv_sock: R/dev/vmbus-tl takes guest connects, and this Unix socket is the host side's front end (write \"CONNECT <port>\\n\" to reach a guest listener; guest connects to port P reach a program listening on PATH_P); \"-\" for no front end")
+	nicFl := addNICFlags(fs)
+	absLinks := fs.Bool("abs-links", false, "write sysfs links with absolute targets inside the root (for guests that bind-mount only R/sys/bus and R/sys/class, like dpdk-guest)")
 	mkLog := logFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -55,7 +59,7 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 	if err := os.MkdirAll(*root, 0o755); err != nil {
 		return err
 	}
-	h, err := sim.New(sim.Config{Root: *root, Profile: prof, Logger: log})
+	h, err := sim.New(sim.Config{Root: *root, Profile: prof, Logger: log, AbsoluteLinks: *absLinks})
 	if err != nil {
 		return err
 	}
@@ -70,9 +74,31 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "device %s class %s uio %s\n", d.Instance(), vmbus.ClassName(vmbus.ClassTest), d.UIONode())
 	}
+	nicsDone, err := nicFl.offer(h, out)
+	if err != nil {
+		h.Close()
+		return err
+	}
+	var hv *sim.HvSock
+	if *hvsockBase != "" {
+		cfg := sim.HvSockConfig{}
+		if *hvsockBase != "-" {
+			cfg.SocketBase = *hvsockBase
+		}
+		if hv, err = h.StartHvSock(cfg); err != nil {
+			h.Close()
+			nicsDone()
+			return err
+		}
+		fmt.Fprintf(out, "hvsock connect %s front %s\n", filepath.Join(h.Root(), "dev", "vmbus-tl"), cfg.SocketBase)
+	}
 	fmt.Fprintf(out, "ready root %s profile %s\n", h.Root(), prof)
 	<-ctx.Done()
+	if hv != nil {
+		hv.Close()
+	}
 	err = h.Close()
+	nicsDone()
 	reportViolations(out, h.Violations())
 	return err
 }

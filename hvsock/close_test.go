@@ -1,0 +1,260 @@
+package hvsock_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"vmbusd/sim"
+)
+
+func readAll(t *testing.T, r io.Reader) []byte {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return b
+}
+
+func TestGuestCloseWriteKeepsReading(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	g, h := e.pair(t, e.cfg, 100)
+	if _, err := g.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, h); string(got) != "request" {
+		t.Fatalf("host read %q", got)
+	}
+	_, err := g.Write([]byte("more"))
+	var op *net.OpError
+	if !errors.Is(err, syscall.EPIPE) || !errors.As(err, &op) {
+		t.Fatalf("Write after CloseWrite = %v, want *net.OpError wrapping EPIPE", err)
+	}
+	// The host answers after the guest's FIN: half-close, not close.
+	if _, err := h.Write([]byte("response")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, g); string(got) != "response" {
+		t.Fatalf("guest read %q", got)
+	}
+	// Both directions are done: the host rescinds, and Close has nothing
+	// to wait for.
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	st := g.Stats()
+	if !st.FINSent || !st.FINReceived || st.Reset {
+		t.Fatalf("stats %+v: want FIN sent and received, no reset", st)
+	}
+}
+
+func TestHostCloseWriteIsGuestEOF(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	g, h := e.pair(t, e.cfg, 101)
+	h.Write([]byte("bye"))
+	h.CloseWrite()
+	if got := readAll(t, g); string(got) != "bye" {
+		t.Fatalf("guest read %q", got)
+	}
+	// EOF again, and writing still works.
+	if n, err := g.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("second Read after EOF = %d, %v", n, err)
+	}
+	if _, err := g.Write([]byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	g.CloseWrite()
+	if got := readAll(t, h); string(got) != "still here" {
+		t.Fatalf("host read %q", got)
+	}
+	g.Close()
+	h.Close()
+}
+
+func TestCloseReadIsLocal(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	g, h := e.pair(t, e.cfg, 102)
+	if err := g.CloseRead(); err != nil {
+		t.Fatal(err)
+	}
+	// The host does not know: its write succeeds, and is dropped.
+	if _, err := h.Write([]byte("ignored")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.Read(make([]byte, 16)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after CloseRead = %d, %v; want 0, EOF", n, err)
+	}
+	// Writing is unaffected.
+	g.Write([]byte("hello"))
+	g.CloseWrite()
+	if got := readAll(t, h); string(got) != "hello" {
+		t.Fatalf("host read %q", got)
+	}
+	h.Close()
+	g.Close()
+	if st := g.Stats(); st.Discarded != uint64(len("ignored")) {
+		t.Errorf("discarded %d bytes, want %d", st.Discarded, len("ignored"))
+	}
+}
+
+// TestCloseDeliversEverythingWritten writes more than the ring holds and
+// closes at once; the host reads late and slowly. Close waits for the host
+// to finish, and every byte arrives, then EOF.
+func TestCloseDeliversEverythingWritten(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	g, h := e.pair(t, e.cfg, 103)
+	data := make([]byte, 200<<10)
+	fillPattern(data, 7, 0)
+	closed := make(chan error, 1)
+	go func() {
+		if _, err := g.Write(data); err != nil {
+			closed <- err
+			return
+		}
+		closed <- g.Close()
+	}()
+	var got bytes.Buffer
+	buf := make([]byte, 3000)
+	for {
+		n, err := h.Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("host got %d bytes, want the %d written", got.Len(), len(data))
+	}
+	if g.Stats().Reset {
+		t.Fatal("Close reset a connection the host finished")
+	}
+}
+
+// TestCloseLingerResets: the host keeps its side open; Close gives up
+// after the linger and resets, and the host sees the reset.
+func TestCloseLingerResets(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	cfg := e.cfg
+	cfg.Linger = 300 * time.Millisecond
+	g, h := e.pair(t, cfg, 104)
+	defer h.Close()
+	// The host reads the guest's FIN but never closes its side, and
+	// keeps writing: Close drains that while it waits.
+	go io.Copy(io.Discard, h)
+	go func() {
+		for {
+			if _, err := h.Write(make([]byte, 4096)); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < cfg.Linger {
+		t.Fatalf("Close returned after %v, before the linger of %v", el, cfg.Linger)
+	}
+	st := g.Stats()
+	if !st.Reset || st.Discarded == 0 {
+		t.Fatalf("stats %+v: want a reset and discarded host data", st)
+	}
+	if _, err := g.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close = %v, want net.ErrClosed", err)
+	}
+	if err := g.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// TestCloseAfterHostRescind: the host finished and rescinded first; the
+// guest still reads what was left, and Close does not wait.
+func TestCloseAfterHostRescind(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	cfg := e.cfg
+	cfg.Linger = time.Hour // a wait would hang the test
+	g, h := e.pair(t, cfg, 105)
+	h.Write([]byte("last words"))
+	h.Close()
+	g.CloseWrite() // the host's drain reads our FIN: both done, rescind
+	if got := readAll(t, g); string(got) != "last words" {
+		t.Fatalf("guest read %q", got)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if g.Stats().Reset {
+		t.Fatal("reset after the host's rescind")
+	}
+}
+
+func TestLingerNegativeClosesAtOnce(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	cfg := e.cfg
+	cfg.Linger = -1
+	g, h := e.pair(t, cfg, 106)
+	defer h.Close()
+	g.Write([]byte("x"))
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Stats().Reset {
+		t.Fatal("no linger: the close should be a reset")
+	}
+}
+
+func TestBlockedReadAndWriteEndAtClose(t *testing.T) {
+	checkGoroutines(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	cfg := e.cfg
+	cfg.Linger = 100 * time.Millisecond
+	g, h := e.pair(t, cfg, 107)
+	defer h.Close()
+	errs := make(chan error, 2)
+	go func() {
+		_, err := g.Read(make([]byte, 10))
+		errs <- err
+	}()
+	go func() {
+		var err error
+		for err == nil { // the host does not read: the ring fills
+			_, err = g.Write(make([]byte, 8192))
+		}
+		errs <- err
+	}()
+	for g.Stats().Channel.TxFullWaits == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	g.Close()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("blocked operation ended with %v, want net.ErrClosed", err)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package hvsock
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"vmbusd/vmbus"
+)
+
+// Transport selects how hv_sock connections are carried.
+type Transport int
+
+const (
+	// TransportAuto picks TransportVMBus when the root has the hv_sock
+	// connect node R/dev/vmbus-tl (the simulated host, or an environment
+	// that hands hv_sock channels to user space), else TransportKernel.
+	TransportAuto Transport = iota
+	// TransportVMBus runs the hv_sock protocol in this process over VMBus
+	// channels opened through uio (package vmbus).
+	TransportVMBus
+	// TransportKernel uses the kernel's AF_VSOCK sockets, which Linux's
+	// hv_sock module carries over VMBus: what every stock kernel offers.
+	TransportKernel
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportAuto:
+		return "auto"
+	case TransportVMBus:
+		return "vmbus"
+	case TransportKernel:
+		return "kernel"
+	}
+	return fmt.Sprintf("Transport(%d)", int(t))
+}
+
+// Ring sizes (hyperv_transport.c RINGBUFFER_HVS_*; hvsock.md §1.4). Each
+// includes the 4 KiB ring header page, so the default ring holds 20 KiB.
+const (
+	DefaultRingSize = 6 * 4096
+	MaxRingSize     = 64 * 4096
+)
+
+// DefaultLinger is HVS_CLOSE_TIMEOUT: how long Close waits for the host to
+// finish the connection after our FIN.
+const DefaultLinger = 8 * time.Second
+
+// DefaultConnectTimeout is VSOCK_DEFAULT_CONNECT_TIMEOUT, the time a
+// connect waits for the host's offer.
+const DefaultConnectTimeout = 2 * time.Second
+
+// DefaultBacklog bounds the connections a Listener holds that Accept has
+// not taken yet; offers beyond it are ignored, as Linux does when the
+// accept queue is full.
+const DefaultBacklog = 64
+
+// TLNode is where the user-space transport sends connect requests, under
+// the root: R/dev/vmbus-tl (DESIGN.md).
+const TLNode = "dev/vmbus-tl"
+
+// Config configures connections and listeners. The zero value is the
+// default: automatic transport, root from VMBUSD_ROOT or "/", 24 KiB rings,
+// Linux's 4088-byte chunks, an 8 s linger. A Config is read, never
+// modified, by the functions it is passed to.
+type Config struct {
+	Transport Transport
+	// Root is the directory standing for "/" where the VMBus transport
+	// finds sysfs and the device nodes; "" means $VMBUSD_ROOT, else "/".
+	Root string
+	// SendRingSize and RecvRingSize are the guest-to-host and host-to-guest
+	// ring sizes in bytes, header page included, chosen before the
+	// connection exists (the rings cannot be resized). They are rounded
+	// up to 4 KiB and clamped to [DefaultRingSize, MaxRingSize]; 0 is the
+	// default. A listener's values apply to the connections it accepts.
+	// On the kernel transport they become SO_SNDBUF and SO_RCVBUF (halved,
+	// as Linux doubles them).
+	SendRingSize, RecvRingSize int
+	// ChunkSize is the most payload one packet carries: 1..MTU, 0 meaning
+	// DefaultChunk (Linux). Bigger chunks mean fewer packets but let the
+	// host start on the data later. VMBus transport only.
+	ChunkSize int
+	// Linger bounds how long Close waits for the host to finish the
+	// connection (its FIN and rescind) after ours; then the connection is
+	// reset locally. 0 means DefaultLinger; negative means no wait.
+	Linger time.Duration
+	// Backlog bounds a Listener's unaccepted connections (DefaultBacklog).
+	Backlog int
+	// Mode is how VMBus channels wait for the host (vmbus.WaitInterrupt).
+	Mode vmbus.WaitMode
+	// Logger receives connection events; nil discards them.
+	Logger *slog.Logger
+}
+
+// root returns the root directory R.
+func (c *Config) root() string {
+	if c.Root != "" {
+		return c.Root
+	}
+	if r := os.Getenv("VMBUSD_ROOT"); r != "" {
+		return r
+	}
+	return "/"
+}
+
+// transport resolves TransportAuto.
+func (c *Config) transport() Transport {
+	if c.Transport != TransportAuto {
+		return c.Transport
+	}
+	if st, err := os.Stat(filepath.Join(c.root(), TLNode)); err == nil && st.Mode().Type() == os.ModeSocket {
+		return TransportVMBus
+	}
+	return TransportKernel
+}
+
+// ResolvedTransport returns the transport c selects in this environment.
+func (c *Config) ResolvedTransport() Transport { return c.transport() }
+
+func (c *Config) check() error {
+	if c.ChunkSize < 0 || c.ChunkSize > MTU {
+		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 for %d", c.ChunkSize, MTU, DefaultChunk)
+	}
+	if c.SendRingSize < 0 || c.RecvRingSize < 0 || c.Backlog < 0 {
+		return fmt.Errorf("hvsock: negative ring size or backlog")
+	}
+	switch c.Transport {
+	case TransportAuto, TransportVMBus, TransportKernel:
+	default:
+		return fmt.Errorf("hvsock: unknown transport %d", int(c.Transport))
+	}
+	return nil
+}
+
+func (c *Config) chunk() int {
+	if c.ChunkSize == 0 {
+		return DefaultChunk
+	}
+	return c.ChunkSize
+}
+
+func (c *Config) linger() time.Duration {
+	if c.Linger == 0 {
+		return DefaultLinger
+	}
+	return max(c.Linger, 0)
+}
+
+func (c *Config) backlog() int {
+	if c.Backlog == 0 {
+		return DefaultBacklog
+	}
+	return c.Backlog
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
+}
+
+// ClampRingSize applies hyperv_transport.c's rule to a requested ring size
+// (header page included): round up to 4 KiB, clamp to [DefaultRingSize,
+// MaxRingSize]; 0 (or less) gives DefaultRingSize.
+func ClampRingSize(n int) int {
+	if n <= 0 {
+		return DefaultRingSize
+	}
+	return vmbus.ClampHvSockRing(uint32(min(n, MaxRingSize)))
+}
+
+// ringSizes returns the clamped send and receive ring sizes.
+func (c *Config) ringSizes() (snd, rcv int) {
+	return ClampRingSize(c.SendRingSize), ClampRingSize(c.RecvRingSize)
+}

@@ -1,0 +1,78 @@
+package hvsock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// deadline turns a net.Conn deadline into a context that blocked waits can
+// select on: it is cancelled when the deadline passes or when its parent
+// (the connection's lifetime) ends. Setting a new deadline re-arms the same
+// context while it has not fired, so an operation already waiting sees the
+// change; once it has fired, the next operation gets a fresh one. Safe for
+// concurrent use; the zero value is not usable (newDeadline).
+type deadline struct {
+	parent context.Context
+
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer
+	gen    uint64 // bumped on every set, so a stale timer cannot fire
+}
+
+func newDeadline(parent context.Context) *deadline {
+	d := &deadline{parent: parent}
+	d.ctx, d.cancel = context.WithCancel(parent)
+	return d
+}
+
+// set arms the deadline at t; the zero time disarms it.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	if d.ctx.Err() != nil && d.parent.Err() == nil {
+		d.ctx, d.cancel = context.WithCancel(d.parent)
+	}
+	if t.IsZero() {
+		return
+	}
+	dur := time.Until(t)
+	if dur <= 0 {
+		d.cancel()
+		return
+	}
+	gen, cancel := d.gen, d.cancel
+	d.timer = time.AfterFunc(dur, func() {
+		d.mu.Lock()
+		if d.gen == gen {
+			cancel()
+		}
+		d.mu.Unlock()
+	})
+}
+
+// context returns the context of the current deadline.
+func (d *deadline) context() context.Context {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ctx
+}
+
+// stop releases the timer (the connection is closed).
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.cancel()
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package hvsock_test
+
+const raceEnabled = true

@@ -1,0 +1,196 @@
+package netvsc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"vmbusd/vmbus"
+)
+
+// Mode is how a queue waits for the host when its rings are quiet.
+type Mode int
+
+const (
+	// Hybrid (the default) polls while traffic flows and, once the rings
+	// have been quiet for Config.PollBudget, sleeps on the device's
+	// interrupt fd: unmask, re-check, block (DESIGN.md "Idle when idle";
+	// the vhost_net seed: stop polling when idle).
+	Hybrid Mode = iota
+	// Poll spins on the rings forever: DPDK's model, one core at 100%.
+	Poll
+	// Interrupt sleeps on the interrupt fd as soon as the rings are empty.
+	Interrupt
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Hybrid:
+		return "hybrid"
+	case Poll:
+		return "poll"
+	case Interrupt:
+		return "interrupt"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// ParseMode takes a mode's name as String prints it.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Hybrid, Poll, Interrupt} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("netvsc: unknown mode %q (hybrid, poll, interrupt)", s)
+}
+
+// Config tunes Open. The zero value is a working single-queue NIC with an
+// MTU of 1500 in hybrid mode.
+type Config struct {
+	// Queues is the number of queues (channels) wanted: the primary plus
+	// Queues-1 sub-channels. The host may grant fewer; Queues() tells.
+	// 0 means 1.
+	Queues int
+	// MTU is the IP MTU (the Ethernet header is not included). 0 means
+	// 1500. The host may lower it (OID_GEN_MAXIMUM_FRAME_SIZE).
+	MTU  int
+	Mode Mode
+	// GPAPool, when set, provides packet buffers whose guest-physical
+	// pages are known, so frames larger than a send section go GPA-direct
+	// instead of being segmented in software.
+	GPAPool *GPAPool
+	// ControlTimeout bounds each NVSP or RNDIS control request (0: 60 s;
+	// Azure hosts may take 15 s, DPDK d564751748).
+	ControlTimeout time.Duration
+	// SubchannelTimeout bounds the wait for granted sub-channels' rings to
+	// appear (0: 10 s, DPDK's 1000 × 10 ms).
+	SubchannelTimeout time.Duration
+	// PollBudget is how long a hybrid queue keeps polling after it last
+	// found work before it sleeps (0: 50 µs).
+	PollBudget time.Duration
+	// MonitorLatency is the host's monitor-page scan latency written for
+	// the device's channels (0: 50 µs, as DPDK).
+	MonitorLatency time.Duration
+	// PoolPackets is the number of packet buffers per queue (0: 4096).
+	PoolPackets int
+	// RxStage bounds the received packets a queue holds between a drain
+	// and RxBurst; beyond it frames are dropped and counted (0: 1024).
+	RxStage int
+	// MaxInFlight bounds each channel's outstanding requests: sends
+	// waiting for a completion (0: 4096).
+	MaxInFlight int
+	// SendBufferLimit, when non-zero, uses only the first SendBufferLimit
+	// bytes of the send buffer (the send-buffer size sweep).
+	SendBufferLimit int
+	// Promiscuous sets the packet filter to PROMISCUOUS instead of
+	// DIRECTED|ALL_MULTICAST|BROADCAST.
+	Promiscuous bool
+	// NoOffloads leaves the host's checksum and LSO offloads off.
+	NoOffloads bool
+	// RSSKey is the 40-byte Toeplitz key (nil: Microsoft's default).
+	RSSKey []byte
+	// Kernel overrides the uio semantics detected from the kernel.
+	Kernel *vmbus.Kernel
+	Logger *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	DefaultMTU               = 1500
+	DefaultControlTimeout    = 60 * time.Second
+	DefaultSubchannelTimeout = 10 * time.Second
+	DefaultPollBudget        = 50 * time.Microsecond
+	DefaultMonitorLatency    = 50 * time.Microsecond
+	DefaultPoolPackets       = 4096
+	DefaultRxStage           = 1024
+	DefaultMaxInFlight       = 4096
+	// MaxMTU bounds the MTU a guest asks for (openvmm: 9216 with the
+	// Ethernet header).
+	MaxMTU = 9216 - EthernetHeaderSize
+	// MinMTU is IPv4's minimum (ETH_MIN_MTU).
+	MinMTU = 68
+	// EthernetHeaderSize is what NDIS_CONFIG adds to the MTU.
+	EthernetHeaderSize = 14
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Queues <= 0 {
+		c.Queues = 1
+	}
+	c.Queues = min(c.Queues, MaxSubchannels)
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < MinMTU || c.MTU > MaxMTU {
+		return c, fmt.Errorf("netvsc: MTU %d outside %d..%d", c.MTU, MinMTU, MaxMTU)
+	}
+	if c.ControlTimeout <= 0 {
+		c.ControlTimeout = DefaultControlTimeout
+	}
+	if c.SubchannelTimeout <= 0 {
+		c.SubchannelTimeout = DefaultSubchannelTimeout
+	}
+	if c.PollBudget <= 0 {
+		c.PollBudget = DefaultPollBudget
+	}
+	if c.MonitorLatency <= 0 {
+		c.MonitorLatency = DefaultMonitorLatency
+	}
+	if c.PoolPackets <= 0 {
+		c.PoolPackets = DefaultPoolPackets
+	}
+	if c.RxStage <= 0 {
+		c.RxStage = DefaultRxStage
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.RSSKey != nil && len(c.RSSKey) != RSSHashKeySize {
+		return c, fmt.Errorf("netvsc: RSS key of %d bytes, want %d", len(c.RSSKey), RSSHashKeySize)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Errors a NIC's owner acts on.
+var (
+	// ErrClosed: the NIC was closed.
+	ErrClosed = errors.New("netvsc: nic closed")
+	// ErrReconfigured: the queue belonged to a configuration that
+	// Reconfigure replaced; fetch the new ones with Queues.
+	ErrReconfigured = errors.New("netvsc: queue replaced by a reconfiguration")
+	// ErrControlTimeout: the host did not answer a control request within
+	// Config.ControlTimeout.
+	ErrControlTimeout = errors.New("netvsc: control request timed out")
+	// ErrNotSupported: the negotiated protocol lacks the feature.
+	ErrNotSupported = errors.New("netvsc: not supported by the host")
+)
+
+// DeviceError is why a NIC died: a host protocol violation (Err is a
+// *vmbus.CorruptError or a *ProtocolError), a rescind, or a failed
+// control exchange. The NIC's channels are dead; the owner resets it
+// (Close, then Open again).
+type DeviceError struct {
+	Check string // the violated check, "vmbus: <kind>" / "netvsc: <kind>", or "" for other failures
+	Err   error
+}
+
+func (e *DeviceError) Error() string { return "netvsc: device failed: " + e.Err.Error() }
+func (e *DeviceError) Unwrap() error { return e.Err }
+
+// CheckOf names the check a host error violated, as used in the
+// violation counters: "vmbus: <kind>", "netvsc: <kind>", or "" when err is
+// not a protocol violation.
+func CheckOf(err error) string {
+	if ce, ok := vmbus.IsCorrupt(err); ok {
+		return "vmbus: " + ce.Kind.String()
+	}
+	if pe, ok := IsProtocolError(err); ok {
+		return "netvsc: " + pe.Kind.String()
+	}
+	return ""
+}

@@ -1,0 +1,761 @@
+package netvsc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"vmbusd/vmbus"
+)
+
+// The control plane runs on the primary channel, one request in flight
+// (netvsc.md §7 guest 7). NVSP requests are completions-requested inband
+// packets answered by a completion; RNDIS requests are copied into the
+// reserved control section and sent as SEND_RNDIS_PKT(control), and their
+// answers come back in the receive buffer like frames. While a request
+// waits, queue 0's inbound ring keeps being drained and acknowledged: by
+// the waiter itself when it can take inMu, otherwise by whoever holds it
+// (the queue's receive loop), which hands the answer over.
+
+// control is the NIC's control-plane state. Safe for concurrent use.
+type control struct {
+	s    *session
+	mu   sync.Mutex // one request in flight
+	held bool       // the caller holds queue 0's locks (teardown)
+	seq  uint32
+	rid  atomic.Uint32
+
+	rmu        sync.Mutex
+	waitCookie uint64
+	waitRID    uint32
+	waitType   RNDISType
+	resp       []byte
+	respN      int
+	got        bool
+	sendBusy   bool
+	ready      chan struct{}
+}
+
+func newControl(s *session) *control {
+	return &control{s: s, resp: make([]byte, maxControlMessage), ready: make(chan struct{}, 1)}
+}
+
+// nextRID returns a fresh non-zero RNDIS request id (DPDK requires
+// non-zero, Linux unique).
+func (c *control) nextRID() uint32 {
+	for {
+		if id := c.rid.Add(1); id != 0 {
+			return id
+		}
+	}
+}
+
+func (c *control) poke() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// onNVSP takes the completion of an NVSP control request (any goroutine
+// draining queue 0).
+func (c *control) onNVSP(cookie uint64, payload []byte) {
+	c.rmu.Lock()
+	if cookie == c.waitCookie && !c.got {
+		c.respN = copy(c.resp, payload)
+		c.got = true
+	}
+	c.rmu.Unlock()
+	c.poke()
+}
+
+// onSendDone takes the completion of the control section's send.
+func (c *control) onSendDone(payload []byte) {
+	c.rmu.Lock()
+	c.sendBusy = false
+	c.rmu.Unlock()
+	c.poke()
+}
+
+// onRNDIS takes an RNDIS completion. While a request is outstanding the
+// answer must carry its id and type; one arriving when none is (a late
+// answer to a request that timed out) is counted and dropped, as Linux
+// does.
+func (c *control) onRNDIS(t RNDISType, id uint32, msg []byte) error {
+	c.rmu.Lock()
+	waiting := c.waitRID != 0 && !c.got
+	match := waiting && id == c.waitRID && t == c.waitType
+	if match {
+		c.respN = copy(c.resp, msg)
+		c.got = true
+	}
+	c.rmu.Unlock()
+	c.poke()
+	if waiting && !match {
+		return perr(t.String(), KindType, "request_id", uint64(id))
+	}
+	if !match {
+		c.s.nic.hostEvent("stray " + t.String())
+	}
+	return nil
+}
+
+// wait drains queue 0 until cond holds (evaluated under rmu), the
+// control timeout or ctx expires, or the device dies.
+func (c *control) wait(ctx context.Context, cond func() bool) error {
+	s := c.s
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ControlTimeout)
+	defer cancel()
+	q0 := s.queues[0]
+	check := func() bool {
+		c.rmu.Lock()
+		defer c.rmu.Unlock()
+		return cond()
+	}
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if check() {
+			return nil
+		}
+		if err := q0.ch.Err(); err != nil {
+			s.fail(err)
+			return s.err()
+		}
+		if !c.held {
+			if err := s.err(); err != nil {
+				return err
+			}
+		}
+		var werr error
+		switch {
+		case c.held:
+			q0.drainLocked()
+			if !check() {
+				werr = q0.ch.WaitReadable(ctx)
+			}
+		case q0.inMu.TryLock():
+			if err := s.err(); err != nil {
+				q0.inMu.Unlock()
+				return err
+			}
+			q0.drainLocked()
+			if !check() {
+				werr = q0.ch.WaitReadable(ctx)
+			}
+			q0.inMu.Unlock()
+		default:
+			t.Reset(time.Millisecond)
+			select {
+			case <-c.ready:
+			case <-t.C:
+			case <-ctx.Done():
+			case <-s.dead:
+			}
+			t.Stop()
+		}
+		if ctx.Err() != nil && !check() {
+			s.nic.ctlTimeouts.Add(1)
+			return ErrControlTimeout
+		}
+		if werr != nil && ctx.Err() == nil {
+			if _, bad := vmbus.IsCorrupt(werr); bad || q0.ch.Err() != nil {
+				s.fail(werr)
+				return s.err()
+			}
+		}
+	}
+}
+
+// send writes one packet on queue 0 and publishes it.
+func (c *control) send(fn func(ch *vmbus.Channel) error) error {
+	q0 := c.s.queues[0]
+	if !c.held {
+		q0.outMu.Lock()
+		defer q0.outMu.Unlock()
+	}
+	if err := fn(q0.ch); err != nil {
+		return err
+	}
+	return q0.ch.Flush()
+}
+
+// nvsp sends an NVSP request with completion requested and returns a copy
+// of the completion's payload.
+func (c *control) nvsp(ctx context.Context, msg []byte, _ bool) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	cookie := cookieCtl | uint64(c.seq)
+	c.rmu.Lock()
+	c.waitCookie, c.got, c.respN = cookie, false, 0
+	c.rmu.Unlock()
+	err := c.send(func(ch *vmbus.Channel) error {
+		_, err := ch.SendRequest(vmbus.PacketInband, cookie, nil, msg)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netvsc: send %s: %w", nvspName(msg), err)
+	}
+	if err := c.wait(ctx, func() bool { return c.got }); err != nil {
+		return nil, fmt.Errorf("netvsc: %s: %w", nvspName(msg), err)
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.waitCookie = 0
+	return append([]byte(nil), c.resp[:c.respN]...), nil
+}
+
+// inband sends an NVSP message that has no answer (transaction id 0).
+func (c *control) inband(msg []byte) error {
+	return c.send(func(ch *vmbus.Channel) error { return ch.SendInband(0, msg) })
+}
+
+// rndisSend copies an RNDIS message into the control section and sends
+// it, once the previous control send is complete.
+func (c *control) rndisSend(ctx context.Context, msg []byte) error {
+	s := c.s
+	if err := c.wait(ctx, func() bool { return !c.sendBusy }); err != nil {
+		return err
+	}
+	sec := s.send.section(ctlSection)
+	if len(msg) > len(sec) {
+		return fmt.Errorf("netvsc: control message of %d bytes exceeds a %d-byte section", len(msg), len(sec))
+	}
+	copy(sec, msg)
+	c.rmu.Lock()
+	c.sendBusy = true
+	c.rmu.Unlock()
+	nv := NVSPRNDISPacket{ChannelType: RMCControl, SectionIndex: ctlSection, SectionSize: uint32(len(msg))}.Marshal(nil)
+	err := c.send(func(ch *vmbus.Channel) error {
+		_, err := ch.SendRequest(vmbus.PacketInband, cookieCtlSend, nil, nv)
+		return err
+	})
+	if err != nil {
+		c.rmu.Lock()
+		c.sendBusy = false
+		c.rmu.Unlock()
+	}
+	return err
+}
+
+// rndis sends an RNDIS request with request id rid and returns a copy of
+// the completion of type want.
+func (c *control) rndis(ctx context.Context, msg []byte, rid uint32, want RNDISType) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rmu.Lock()
+	c.waitRID, c.waitType, c.got, c.respN = rid, want, false, 0
+	c.rmu.Unlock()
+	defer func() {
+		c.rmu.Lock()
+		c.waitRID = 0
+		c.rmu.Unlock()
+	}()
+	if err := c.rndisSend(ctx, msg); err != nil {
+		return nil, err
+	}
+	if err := c.wait(ctx, func() bool { return c.got }); err != nil {
+		return nil, fmt.Errorf("netvsc: %s: %w", want, err)
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return append([]byte(nil), c.resp[:c.respN]...), nil
+}
+
+// rndisNoReply sends an RNDIS message that has no answer (HALT) and waits
+// for the host to complete the send.
+func (c *control) rndisNoReply(ctx context.Context, msg []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.rndisSend(ctx, msg); err != nil {
+		return err
+	}
+	return c.wait(ctx, func() bool { return !c.sendBusy })
+}
+
+// RNDISError is a control request the host answered with a failure status.
+type RNDISError struct {
+	Request string
+	Status  RNDISStatus
+}
+
+func (e *RNDISError) Error() string {
+	return fmt.Sprintf("netvsc: %s: host answered %s", e.Request, e.Status)
+}
+
+// query runs an RNDIS QUERY and returns the information buffer.
+func (c *control) query(ctx context.Context, oid OID, input []byte) ([]byte, error) {
+	rid := c.nextRID()
+	resp, err := c.rndis(ctx, RNDISQuery{RequestID: rid, OID: oid, Info: input}.Marshal(nil), rid, RNDISMsgQueryCmplt)
+	if err != nil {
+		return nil, err
+	}
+	var m RNDISQueryCmplt
+	if err := m.Unmarshal(resp); err != nil {
+		c.s.fail(err)
+		return nil, err
+	}
+	if m.Status != RNDISStatusSuccess {
+		return nil, &RNDISError{Request: "query " + oid.String(), Status: m.Status}
+	}
+	return m.Info, nil
+}
+
+// set runs an RNDIS SET.
+func (c *control) set(ctx context.Context, oid OID, info []byte) error {
+	rid := c.nextRID()
+	resp, err := c.rndis(ctx, RNDISSet{RequestID: rid, OID: oid, Info: info}.Marshal(nil), rid, RNDISMsgSetCmplt)
+	if err != nil {
+		return err
+	}
+	var m RNDISSetCmplt
+	if err := m.Unmarshal(resp); err != nil {
+		c.s.fail(err)
+		return err
+	}
+	if m.Status != RNDISStatusSuccess {
+		return &RNDISError{Request: "set " + oid.String(), Status: m.Status}
+	}
+	return nil
+}
+
+func (c *control) setUint32(ctx context.Context, oid OID, v uint32) error {
+	return c.set(ctx, oid, AppendInfoUint32(nil, v))
+}
+
+func (c *control) queryUint32(ctx context.Context, oid OID) (uint32, error) {
+	info, err := c.query(ctx, oid, nil)
+	if err != nil {
+		return 0, err
+	}
+	v, err := ParseInfoUint32(info)
+	if err != nil {
+		c.s.fail(err)
+	}
+	return v, err
+}
+
+func nvspName(msg []byte) string {
+	t, err := NVSPMessageType(msg)
+	if err != nil {
+		return "NVSP"
+	}
+	return t.String()
+}
+
+// handshake is the bring-up sequence (netvsc.md §2.5, §7 guest 2-3).
+func (s *session) handshake(ctx context.Context) error {
+	c := s.ctl
+	cfg := &s.cfg
+	for _, v := range NVSPVersions() {
+		if v < NVSPProtocolVersion2 {
+			break
+		}
+		resp, err := c.nvsp(ctx, NVSPInit{MinVersion: v, MaxVersion: v}.Marshal(nil), true)
+		if err != nil {
+			return err
+		}
+		var m NVSPInitComplete
+		if err := m.Unmarshal(resp); err != nil {
+			s.fail(err)
+			return err
+		}
+		if m.Status == NVSPStatSuccess {
+			s.version = v
+			break
+		}
+	}
+	if s.version == 0 {
+		return fmt.Errorf("netvsc: the host accepts no NVSP version from 6.1 down to 2")
+	}
+	caps := NDISConfigCapIEEE8021Q
+	if s.version >= NVSPProtocolVersion5 {
+		caps |= NDISConfigCapSRIOV | NDISConfigCapTeaming
+	}
+	if err := c.inband(NVSPNDISConfig{MTU: uint32(s.mtu + EthernetHeaderSize), Capabilities: caps}.Marshal(nil)); err != nil {
+		return err
+	}
+	s.ndis = NDISVersionFor(s.version)
+	if err := c.inband(NewNVSPNDISVersion(s.ndis).Marshal(nil)); err != nil {
+		return err
+	}
+	// Receive buffer: the GPADL and size from the uio map, the sections
+	// from the host's answer (validated).
+	resp, err := c.nvsp(ctx, NVSPRecvBuf{GPADLHandle: s.recvGPADL, ID: NVSRxBufSig}.Marshal(nil), true)
+	if err != nil {
+		return err
+	}
+	var rb NVSPRecvBufComplete
+	if err := rb.Unmarshal(resp); err != nil {
+		s.fail(err)
+		return err
+	}
+	if rb.Status != NVSPStatSuccess {
+		return fmt.Errorf("netvsc: host refused the receive buffer: %s", rb.Status)
+	}
+	if err := rb.Validate(len(s.recv)); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.subAlloc, s.subAllocs = rb.Section.SubAllocSize, rb.Section.NumSubAllocs
+	resp, err = c.nvsp(ctx, NVSPSendBuf{GPADLHandle: s.sendGPADL, ID: NVSChimSig}.Marshal(nil), true)
+	if err != nil {
+		return err
+	}
+	var sb NVSPSendBufComplete
+	if err := sb.Unmarshal(resp); err != nil {
+		s.fail(err)
+		return err
+	}
+	if sb.Status != NVSPStatSuccess {
+		return fmt.Errorf("netvsc: host refused the send buffer: %s", sb.Status)
+	}
+	count, err := sb.SectionCount(len(s.send.mem))
+	if err != nil {
+		s.fail(err)
+		return err
+	}
+	s.send.sectionSize = int(sb.SectionSize)
+	s.send.sections = count
+	if cfg.SendBufferLimit > 0 {
+		s.send.sections = min(count, cfg.SendBufferLimit/s.send.sectionSize)
+	}
+	if s.send.sections < 2 {
+		return fmt.Errorf("netvsc: %d send sections of %d bytes: need a control section and a data one", s.send.sections, s.send.sectionSize)
+	}
+	// RNDIS.
+	rid := c.nextRID()
+	resp, err = c.rndis(ctx, RNDISInitialize{RequestID: rid, MajorVersion: RNDISMajorVersion,
+		MinorVersion: RNDISMinorVersion, MaxTransferSize: RNDISGuestMaxTransferSize}.Marshal(nil), rid, RNDISMsgInitializeCmplt)
+	if err != nil {
+		return err
+	}
+	var ic RNDISInitializeCmplt
+	if err := ic.Unmarshal(resp); err != nil {
+		s.fail(err)
+		return err
+	}
+	if ic.Status != RNDISStatusSuccess {
+		return &RNDISError{Request: "initialize", Status: ic.Status}
+	}
+	s.maxPkts = int(min(max(ic.MaxPacketsPerMessage, 1), 64))
+	s.maxXfer = int(min(uint64(ic.MaxTransferSize), 1<<30))
+	s.align = ic.PacketAlignment()
+	s.aggMax = min(s.send.sectionSize, s.maxXfer)
+	if s.aggMax < RNDISPacketHeaderSize+EthernetHeaderSize {
+		return fmt.Errorf("netvsc: RNDIS max transfer size %d too small", s.maxXfer)
+	}
+	// DPDK: the filter may not be 0 after INITIALIZE on some hosts.
+	if err := c.setUint32(ctx, OIDGenCurrentPacketFilter, NDISPacketTypeNone); err != nil {
+		return err
+	}
+	mfs, err := c.queryUint32(ctx, OIDGenMaximumFrameSize)
+	if err != nil {
+		return err
+	}
+	if int(mfs) < s.mtu {
+		if mfs < MinMTU {
+			return fmt.Errorf("netvsc: host maximum frame size %d below the minimum MTU", mfs)
+		}
+		s.log.Info("host lowered the MTU", "asked", s.mtu, "mtu", mfs)
+		s.mtu = int(mfs)
+	}
+	info, err := c.query(ctx, OID8023PermanentAddress, nil)
+	if err != nil {
+		return err
+	}
+	if s.mac, err = ParseInfoMAC(info); err != nil {
+		s.fail(err)
+		return err
+	}
+	if err := s.queryLink(ctx); err != nil {
+		return err
+	}
+	if !cfg.NoOffloads {
+		if err := s.setOffloads(ctx); err != nil {
+			s.log.Warn("offloads not enabled", "err", err)
+			s.off = offloads{}
+		}
+	}
+	// Queues.
+	granted := 0
+	var subs []*vmbus.Channel
+	if cfg.Queues > 1 && s.version >= NVSPProtocolVersion5 {
+		granted, subs, err = s.openSubchannels(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	for i, ch := range subs {
+		q, err := newQueue(s, i+1, ch)
+		if err != nil {
+			return err
+		}
+		s.queues = append(s.queues, q)
+	}
+	for _, q := range s.queues {
+		q.assignSections(len(s.queues))
+	}
+	if len(s.queues) > 1 {
+		if err := s.setRSS(ctx); err != nil {
+			s.log.Warn("RSS not set: receive stays on queue 0", "err", err)
+		}
+	}
+	s.running.Store(true)
+	filter := NDISPacketFilterDefault
+	if cfg.Promiscuous {
+		filter = NDISPacketTypePromiscuous
+	}
+	if err := c.setUint32(ctx, OIDGenCurrentPacketFilter, filter); err != nil {
+		return err
+	}
+	s.log.Info("netvsc up", "nvsp", fmt.Sprintf("%#x", s.version), "ndis", fmt.Sprintf("%#x", s.ndis),
+		"mac", fmt.Sprintf("%x", s.mac), "mtu", s.mtu, "queues", len(s.queues), "granted", granted,
+		"recv_sections", s.subAllocs, "recv_section_size", s.subAlloc,
+		"send_sections", s.send.sections, "send_section_size", s.send.sectionSize,
+		"rndis_max_pkts", s.maxPkts, "rndis_align", s.align, "link", s.linkUp.Load())
+	return nil
+}
+
+// queryLink reads OID_GEN_MEDIA_CONNECT_STATUS and OID_GEN_LINK_SPEED.
+func (s *session) queryLink(ctx context.Context) error {
+	st, err := s.ctl.queryUint32(ctx, OIDGenMediaConnectStatus)
+	if err != nil {
+		return err
+	}
+	sp, err := s.ctl.queryUint32(ctx, OIDGenLinkSpeed)
+	if err != nil {
+		if _, rej := err.(*RNDISError); !rej {
+			return err
+		}
+	}
+	s.setLink(st == NDISMediaStateConnected, LinkSpeed(sp).Bps())
+	return nil
+}
+
+func (s *session) setLink(up bool, speed uint64) {
+	changed := s.linkUp.Swap(up) != up
+	if speed != 0 {
+		changed = s.speed.Swap(speed) != speed || changed
+	}
+	if changed {
+		s.log.Info("link", "up", up, "speed", speed)
+		s.nic.notifyLink()
+	}
+}
+
+// setOffloads queries the host's offload capabilities and enables the
+// checksum and LSOv2 offloads it has (netvsc.md §3.6).
+func (s *session) setOffloads(ctx context.Context) error {
+	info, err := s.ctl.query(ctx, OIDTCPOffloadHardwareCapabilities, OffloadQueryHeader(s.version).Marshal(nil))
+	if err != nil {
+		return err
+	}
+	var o Offload
+	if err := o.Unmarshal(info); err != nil {
+		return err
+	}
+	const full = NDISChecksumCapTCP | NDISChecksumCapTCPOptions
+	var off offloads
+	p := OffloadParameters{Header: OffloadParametersHeader(s.version), IPv4Checksum: NDISOffloadParametersTxRxDisabled,
+		TCPIPv4Checksum: NDISOffloadParametersTxRxDisabled, UDPIPv4Checksum: NDISOffloadParametersTxRxDisabled,
+		TCPIPv6Checksum: NDISOffloadParametersTxRxDisabled, UDPIPv6Checksum: NDISOffloadParametersTxRxDisabled,
+		LSOv2IPv4: NDISOffloadParametersDisabled, LSOv2IPv6: NDISOffloadParametersDisabled}
+	if o.Checksum.IPv4TxFlags&full == full {
+		p.TCPIPv4Checksum, off.tcp4 = NDISOffloadParametersTxRxEnabled, true
+	}
+	if o.Checksum.IPv4TxFlags&NDISChecksumCapUDP != 0 && s.version > NVSPProtocolVersion4 {
+		p.UDPIPv4Checksum, off.udp4 = NDISOffloadParametersTxRxEnabled, true
+	}
+	if o.Checksum.IPv6TxFlags&full == full {
+		p.TCPIPv6Checksum, off.tcp6 = NDISOffloadParametersTxRxEnabled, true
+	}
+	if o.Checksum.IPv6TxFlags&NDISChecksumCapUDP != 0 && s.version > NVSPProtocolVersion4 {
+		p.UDPIPv6Checksum, off.udp6 = NDISOffloadParametersTxRxEnabled, true
+	}
+	if o.LSOv2.IPv4MaxSize > 0 && o.LSOv2.IPv4Encapsulation&NDISOffloadEncap8023 != 0 {
+		p.LSOv2IPv4, off.lso4 = NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv4MaxSize, 1<<20))
+	}
+	const v6 = NDISLSOv2CapIP6Ext | NDISLSOv2CapTCP6Opt
+	if o.LSOv2.IPv6MaxSize > 0 && o.LSOv2.IPv6Options&v6 == v6 && o.LSOv2.IPv6Encapsulation&NDISOffloadEncap8023 != 0 {
+		p.LSOv2IPv6, off.lso6 = NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv6MaxSize, 1<<20))
+	}
+	if err := s.ctl.set(ctx, OIDTCPOffloadParameters, p.Marshal(nil)); err != nil {
+		return err
+	}
+	s.off = off
+	return nil
+}
+
+// openSubchannels asks for cfg.Queues-1 sub-channels (bounded by the
+// host's RSS capabilities), accepts a partial grant, and maps those whose
+// rings appear in time (netvsc.md §2.8).
+func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, error) {
+	c := s.ctl
+	want := s.cfg.Queues
+	info, err := c.query(ctx, OIDGenReceiveScaleCapabilities, RSSCapabilitiesQueryHeader().Marshal(nil))
+	if err != nil {
+		if _, rej := err.(*RNDISError); rej {
+			s.log.Warn("no RSS capabilities: one queue", "err", err)
+			return 0, nil, nil
+		}
+		return 0, nil, err
+	}
+	var caps RSSCapabilities
+	if err := caps.Unmarshal(info); err != nil {
+		s.fail(err)
+		return 0, nil, err
+	}
+	want = min(want, int(caps.NumReceiveQueues), MaxSubchannels)
+	if want < 2 {
+		return 0, nil, nil
+	}
+	resp, err := c.nvsp(ctx, NVSPSubchannelRequest{Op: NVSPSubchannelAllocate, Count: uint32(want - 1)}.Marshal(nil), true)
+	if err != nil {
+		return 0, nil, err
+	}
+	var m NVSPSubchannelComplete
+	if err := m.Unmarshal(resp); err != nil {
+		s.fail(err)
+		return 0, nil, err
+	}
+	if m.Status != NVSPStatSuccess {
+		s.log.Warn("host refused sub-channels: one queue", "status", m.Status.String())
+		return 0, nil, nil
+	}
+	granted := int(m.Count)
+	if granted > want-1 {
+		s.log.Warn("host granted more sub-channels than asked", "asked", want-1, "granted", granted)
+		granted = want - 1
+	}
+	if granted == 0 {
+		return 0, nil, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.SubchannelTimeout)
+	subs, err := s.h.OpenSubchannels(wctx, granted)
+	cancel()
+	if err != nil {
+		return granted, nil, err
+	}
+	if len(subs) < granted {
+		s.log.Warn("sub-channels missing: fewer queues", "granted", granted, "opened", len(subs))
+	}
+	return granted, subs, nil
+}
+
+// setRSS disables RSS, then sets the Toeplitz key and an indirection table
+// spreading flows over the queues (the host requires the disable first,
+// DPDK b604e80632).
+func (s *session) setRSS(ctx context.Context) error {
+	off := RSSParameters{Flags: NDISRSSParamFlagDisableRSS | NDISRSSParamFlagBaseCPUUnchanged |
+		NDISRSSParamFlagHashInfoUnchanged | NDISRSSParamFlagITableUnchanged | NDISRSSParamFlagHashKeyUnchanged}
+	if err := s.ctl.set(ctx, OIDGenReceiveScaleParameters, off.Marshal(nil)); err != nil {
+		return err
+	}
+	key := s.cfg.RSSKey
+	if key == nil {
+		k := MicrosoftRSSKey()
+		key = k[:]
+	}
+	var table [RSSIndirectionTableEntries]uint32
+	for i := range table {
+		table[i] = uint32(i % len(s.queues))
+	}
+	p := NewRSSParameters(NDISHashFunctionToeplitz|NDISHashIPv4|NDISHashTCPIPv4|NDISHashIPv6|NDISHashTCPIPv6, key, table[:])
+	return s.ctl.set(ctx, OIDGenReceiveScaleParameters, p.Marshal(nil))
+}
+
+// rndisControl handles an RNDIS control message received on any queue.
+func (s *session) rndisControl(q *Queue, msg []byte) error {
+	t := RNDISType(le.Uint32(msg))
+	switch t {
+	case RNDISMsgIndicateStatus:
+		var m RNDISIndicateStatus
+		if err := m.Unmarshal(msg); err != nil {
+			return err
+		}
+		s.indicate(&m)
+	case RNDISMsgInitializeCmplt, RNDISMsgQueryCmplt, RNDISMsgSetCmplt, RNDISMsgKeepaliveCmplt, RNDISMsgSetExCmplt:
+		_, id, err := RNDISCompletionRequestID(msg)
+		if err != nil {
+			return err
+		}
+		return s.ctl.onRNDIS(t, id, msg)
+	case RNDISMsgResetCmplt, RNDISMsgKeepalive, RNDISMsgReset, RNDISMsgHalt:
+		// Known messages no guest acts on (Linux answers a host
+		// KEEPALIVE with FAIL; neither guest handles one): counted.
+		s.nic.hostEvent("rndis " + t.String())
+	default:
+		return perr("RNDIS", KindType, "type", uint64(t))
+	}
+	return nil
+}
+
+// indicate applies an INDICATE_STATUS (netvsc.md §2.11).
+func (s *session) indicate(m *RNDISIndicateStatus) {
+	s.nic.hostEvent("indicate " + m.Status.String())
+	switch m.Status {
+	case RNDISStatusMediaConnect:
+		s.setLink(true, 0)
+	case RNDISStatusMediaDisconnect:
+		s.setLink(false, 0)
+	case RNDISStatusLinkSpeedChange:
+		if v, err := ParseInfoUint32(m.Buf); err == nil {
+			s.setLink(s.linkUp.Load(), LinkSpeed(v).Bps())
+		}
+	case RNDISStatusNetworkChange:
+		// Linux emulates down then up so that addresses are renewed.
+		s.setLink(false, 0)
+		s.setLink(true, 0)
+	}
+}
+
+// inband handles an NVSP message the host sent inband.
+func (s *session) inband(q *Queue, p *vmbus.Packet) error {
+	b := p.Payload()
+	t, err := NVSPMessageType(b)
+	if err != nil {
+		return err
+	}
+	s.nic.hostEvent(t.String())
+	switch t {
+	case NVSPMsg5TypeSendIndirectionTable:
+		var m NVSPIndirectionTable
+		if err := m.UnmarshalVersion(b, s.version); err != nil {
+			return err
+		}
+		for _, e := range m.Table {
+			if e >= MaxSubchannels {
+				return perr("SEND_INDIRECTION_TABLE", KindRSSEntry, "table", uint64(e))
+			}
+		}
+		for i, e := range m.Table {
+			s.sendTable[i].Store(e)
+		}
+		s.hasTable.Store(true)
+	case NVSPMsg4TypeSendVFAssociation:
+		var m NVSPVFAssociation
+		if err := m.Unmarshal(b); err != nil {
+			return err
+		}
+		var v uint64
+		if m.Allocated != 0 {
+			v = 1<<32 | uint64(m.Serial)
+		}
+		s.vf.Store(v)
+		s.log.Info("VF association", "allocated", m.Allocated != 0, "serial", m.Serial)
+	case NVSPMsg4TypeSwitchDataPath:
+		var m NVSPSwitchDataPath
+		if err := m.Unmarshal(b); err != nil {
+			return err
+		}
+		s.vfPath.Store(m.ActiveDataPath)
+		s.log.Info("host switched the data path", "vf", m.ActiveDataPath == DataPathVF)
+	}
+	// Linux ignores completion-requested on host inband packets and
+	// openvmm never waits for one (netvsc.md §2.9): no completion sent.
+	return nil
+}

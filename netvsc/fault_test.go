@@ -1,0 +1,296 @@
+package netvsc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"vmbusd/netvsc"
+	"vmbusd/sim"
+	"vmbusd/vmbus"
+)
+
+// traffic pushes frames through a reflector until the NIC fails or the
+// timeout, and returns the NIC's error.
+func traffic(n *netvsc.NIC, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	peer := []byte{0x02, 0, 0, 0, 0, 9}
+	pkts := make([]*netvsc.Packet, 16)
+	for seq := uint32(0); time.Now().Before(deadline); seq++ {
+		for _, q := range n.Queues() {
+			if err := q.Err(); err != nil {
+				return err
+			}
+			if p := q.Alloc(); p != nil {
+				f := frame(peer, n.MAC(), 200, seq, 1000)
+				copy(p.SetLen(len(f)), f)
+				if q.TxBurst([]*netvsc.Packet{p}) == 0 {
+					p.Free()
+				}
+			}
+			k := q.RxBurst(pkts)
+			netvsc.PutBurst(pkts[:k])
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			q.Wait(ctx)
+			cancel()
+		}
+	}
+	return n.Err()
+}
+
+// TestHostFaultResetsOnlyThatDevice switches on each host fault on one of
+// two NICs: the faulty one dies with a *DeviceError naming the check,
+// counted once; the other keeps working; closing and reopening the faulty
+// one (the reset) works.
+func TestHostFaultResetsOnlyThatDevice(t *testing.T) {
+	fatal := []struct {
+		fault sim.NICFault
+		check string
+	}{
+		{sim.NICFaultXferPageSet, "netvsc: wrong type"},
+		{sim.NICFaultRangeOutsideBuffer, "netvsc: out of range"},
+		{sim.NICFaultSectionIndex, "netvsc: section index"},
+		{sim.NICFaultNVSPType, "netvsc: wrong type"},
+		{sim.NICFaultRNDISLength, "netvsc: bad message length"},
+		{sim.NICFaultRNDISOffset, "netvsc: out of range"},
+		{sim.NICFaultRNDISDataLength, "netvsc: no data"},
+		{sim.NICFaultBadPPI, "netvsc: bad ppi size"},
+		{sim.NICFaultRNDISType, "netvsc: wrong type"},
+		{sim.NICFaultUnknownCompletion, "vmbus: completion id"},
+	}
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	other := openOn(t, h, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+	defer other.Close()
+	for _, tc := range fatal {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sn.Remove()
+			sn.Attach(sim.NewReflector())
+			n := openNIC(t, h, sn, netvsc.Config{})
+			sn.SetFault(tc.fault, true)
+			err = traffic(n, 5*time.Second)
+			var de *netvsc.DeviceError
+			if !errors.As(err, &de) {
+				t.Fatalf("after %s: %v, want a *DeviceError", tc.fault, err)
+			}
+			if de.Check != tc.check {
+				t.Errorf("check %q, want %q (%v)", de.Check, tc.check, err)
+			}
+			if v := n.Stats().Violations[tc.check]; v != 1 {
+				t.Errorf("violations %v", n.Stats().Violations)
+			}
+			if err := n.Queues()[0].Wait(context.Background()); !errors.As(err, &de) {
+				t.Errorf("Wait after failure: %v", err)
+			}
+			n.Close()
+			// The reset: reopen and use it.
+			n = openNIC(t, h, sn, netvsc.Config{})
+			roundTrip(t, n, n.Queues()[0], 50, []int{100})
+			n.Close()
+			// The other NIC carried on.
+			roundTrip(t, other, other.Queues()[0], 50, []int{100})
+		})
+	}
+}
+
+func TestRingFaultKillsDevice(t *testing.T) {
+	for _, f := range []sim.Fault{sim.FaultBadLen8, sim.FaultBadType, sim.FaultCorruptWriteIndex, sim.FaultBadRanges} {
+		t.Run(f.String(), func(t *testing.T) {
+			_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+			// A corrupted write index lasts only until the host's next
+			// commit rewrites it, so the guest may not see one in time:
+			// re-arm the one-shot fault until it is caught.
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); err == nil && time.Now().Before(deadline); {
+				sn.Device().SetFault(f, true)
+				err = traffic(n, 100*time.Millisecond)
+			}
+			var de *netvsc.DeviceError
+			if !errors.As(err, &de) {
+				t.Fatalf("%v", err)
+			}
+			if _, ok := vmbus.IsCorrupt(err); !ok {
+				t.Errorf("not a ring corruption: %v", err)
+			}
+			t.Logf("%s -> %v", f, err)
+		})
+	}
+}
+
+func TestBringUpFaults(t *testing.T) {
+	for _, tc := range []struct {
+		fault sim.NICFault
+		check string
+	}{
+		{sim.NICFaultRecvSections, "netvsc: section count"},
+		{sim.NICFaultRecvOffset, "netvsc: section offset"},
+		{sim.NICFaultRecvFit, "netvsc: sections do not fit"},
+		{sim.NICFaultSendSection, "netvsc: section size"},
+	} {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20, Faults: []sim.NICFault{tc.fault}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev, _ := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+			_, err = netvsc.Open(context.Background(), dev, netvsc.Config{ControlTimeout: 5 * time.Second})
+			if got := netvsc.CheckOf(err); got != tc.check {
+				t.Errorf("Open: %v (check %q), want check %q", err, got, tc.check)
+			}
+		})
+	}
+}
+
+func TestTolerableHostBehaviour(t *testing.T) {
+	t.Run("nvsp-status", func(t *testing.T) {
+		_, _, n := newNIC(t, sim.NICConfig{Faults: []sim.NICFault{sim.NICFaultNVSPStatus}}, sim.NewReflector(), netvsc.Config{})
+		if v, _ := n.Protocol(); v != netvsc.NVSPProtocolVersion6 {
+			t.Errorf("NVSP %#x after 6.1 failed, want 6.0", v)
+		}
+	})
+	// table-during-sync is left out: the simulator builds the table in the
+	// buffer that holds the completion it precedes, so the completion
+	// arrives carrying the table (reported to the sim's author).
+	t.Run("rx-during-setup", func(t *testing.T) {
+		_, _, n := newNIC(t, sim.NICConfig{MaxQueues: 2, Faults: []sim.NICFault{sim.NICFaultRxDuringSetup}},
+			sim.NewReflector(), netvsc.Config{Queues: 2})
+		roundTrip(t, n, n.Queues()[1], 100, []int{64})
+		t.Logf("ignored during setup: %d", n.Stats().RxIgnored)
+	})
+	t.Run("tx-fail", func(t *testing.T) {
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+		sn.SetFault(sim.NICFaultTxFail, true)
+		traffic(n, 50*time.Millisecond)
+		if err := n.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n.Stats().Queues[0].TxFailed == 0 {
+			t.Errorf("no failed send counted")
+		}
+	})
+	t.Run("keepalive", func(t *testing.T) {
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+		sn.SetFault(sim.NICFaultKeepalive, true)
+		traffic(n, 50*time.Millisecond)
+		if err := n.Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("rndis-status", func(t *testing.T) {
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+		sn.SetFault(sim.NICFaultRNDISStatus, true)
+		_, err := n.QueryLink(context.Background())
+		var re *netvsc.RNDISError
+		if !errors.As(err, &re) {
+			t.Fatalf("QueryLink: %v", err)
+		}
+		if _, err := n.QueryLink(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("slow-vsp", func(t *testing.T) {
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{ControlTimeout: 50 * time.Millisecond})
+		sn.SetControlDelay(time.Second)
+		if _, err := n.QueryLink(context.Background()); !errors.Is(err, netvsc.ErrControlTimeout) {
+			t.Fatalf("QueryLink: %v", err)
+		}
+		if n.Err() != nil {
+			t.Fatal(n.Err())
+		}
+	})
+}
+
+func TestControlAnswerFaults(t *testing.T) {
+	for _, tc := range []struct {
+		fault sim.NICFault
+		check string
+	}{
+		{sim.NICFaultRNDISRequestID, "netvsc: wrong type"},
+		{sim.NICFaultRNDISQueryInfo, "netvsc: out of range"},
+	} {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+			sn.SetFault(tc.fault, true)
+			_, err := n.QueryLink(context.Background())
+			if got := netvsc.CheckOf(err); got != tc.check {
+				t.Errorf("QueryLink: %v (check %q), want %q", err, got, tc.check)
+			}
+		})
+	}
+}
+
+func openNIC(t testing.TB, h *sim.Host, sn *sim.NIC, cfg netvsc.Config) *netvsc.NIC {
+	t.Helper()
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ControlTimeout == 0 {
+		cfg.ControlTimeout = 10 * time.Second
+	}
+	if cfg.PoolPackets == 0 {
+		cfg.PoolPackets = 512
+	}
+	n, err := netvsc.Open(context.Background(), dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func openOn(t testing.TB, h *sim.Host, nc sim.NICConfig, port sim.Port, cfg netvsc.Config) *netvsc.NIC {
+	nc.RingSize, nc.RecvBuffer, nc.SendBuffer = 256<<10, 4<<20, 2<<20
+	sn, err := h.AddNIC(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(port)
+	return openNIC(t, h, sn, cfg)
+}
+
+func TestMalformedHostMessages(t *testing.T) {
+	t.Run("bad-indication", func(t *testing.T) {
+		_, sn, n := newNIC(t, sim.NICConfig{LinkSpacing: time.Millisecond}, sim.NewReflector(), netvsc.Config{})
+		sn.SetFault(sim.NICFaultBadIndication, true)
+		sn.SetLink(false) // the indication that carries the fault
+		err := traffic(n, 5*time.Second)
+		if got := netvsc.CheckOf(err); got != "netvsc: out of range" {
+			t.Errorf("%v (check %q)", err, got)
+		}
+	})
+	t.Run("bad-indirection-table", func(t *testing.T) {
+		h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20, MaxQueues: 2,
+			Faults: []sim.NICFault{sim.NICFaultBadIndirectionTable}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sn.Attach(sim.NewReflector())
+		dev, _ := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+		n, err := netvsc.Open(context.Background(), dev, netvsc.Config{Queues: 2, ControlTimeout: 5 * time.Second})
+		if err == nil {
+			defer n.Close()
+			err = traffic(n, 5*time.Second)
+		}
+		if got := netvsc.CheckOf(err); got != "netvsc: table count" {
+			t.Errorf("%v (check %q)", err, got)
+		}
+	})
+}

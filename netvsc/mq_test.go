@@ -1,0 +1,250 @@
+package netvsc_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"vmbusd/netvsc"
+	"vmbusd/sim"
+)
+
+// rxAll runs an RxBurst/Wait loop per queue until ctx ends, counting.
+func rxAll(ctx context.Context, n *netvsc.NIC, per []atomic.Uint64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i, q := range n.Queues() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pkts := make([]*netvsc.Packet, 64)
+			for ctx.Err() == nil {
+				k := q.RxBurst(pkts)
+				if k == 0 {
+					if q.Wait(ctx) != nil {
+						return
+					}
+					continue
+				}
+				per[i].Add(uint64(k))
+				netvsc.PutBurst(pkts[:k])
+			}
+		}()
+	}
+	return &wg
+}
+
+// tcpFlows is a port that delivers TCP frames of many flows (RSS hashes
+// TCP on addresses and ports, UDP on addresses only, as Linux asks).
+type tcpFlows struct {
+	up       sim.Uplink
+	accepted atomic.Uint64
+	done     chan struct{}
+	count    int
+}
+
+func (p *tcpFlows) Connect(up sim.Uplink) error {
+	p.up = up
+	go func() {
+		defer close(p.done)
+		src := []byte{0x02, 0, 0, 0, 0, 1}
+		for i := 0; i < p.count; i += 32 {
+			var fs [][]byte
+			for k := i; k < i+32 && k < p.count; k++ {
+				f := frame(up.MAC(), src, 64+k%1400, uint32(k), uint16(1000+k%64))
+				f[23] = 6 // TCP; the checksum is not checked here
+				f[46] = 0x50
+				fs = append(fs, f)
+			}
+			for len(fs) > 0 {
+				n := up.Deliver(fs)
+				p.accepted.Add(uint64(n))
+				fs = fs[n:]
+				if len(fs) > 0 {
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		}
+	}()
+	return nil
+}
+func (p *tcpFlows) Transmit([][]byte) {}
+func (p *tcpFlows) Close() error      { return nil }
+
+func TestMultiQueueRSSSpreadsFlows(t *testing.T) {
+	gen := &tcpFlows{count: 20000, done: make(chan struct{})}
+	_, sn, n := newNIC(t, sim.NICConfig{MaxQueues: 4}, gen, netvsc.Config{Queues: 4})
+	if len(n.Queues()) != 4 {
+		t.Fatalf("%d queues, want 4", len(n.Queues()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	per := make([]atomic.Uint64, 4)
+	wg := rxAll(ctx, n, per)
+	select {
+	case <-gen.done:
+	case <-ctx.Done():
+		t.Fatal("generator did not finish")
+	}
+	for ctx.Err() == nil {
+		var sum uint64
+		for i := range per {
+			sum += per[i].Load()
+		}
+		if sum >= gen.accepted.Load() {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	for i := range per {
+		if per[i].Load() == 0 {
+			t.Errorf("queue %d received nothing: %v", i, per)
+		}
+	}
+	if _, ok := n.SendTable(); !ok {
+		t.Errorf("no send indirection table")
+	}
+	hs := sn.Stats()
+	if !hs.RSS || hs.Channels != 4 {
+		t.Errorf("host: rss %v channels %d", hs.RSS, hs.Channels)
+	}
+	t.Logf("per queue %d %d %d %d, host accepted %d", per[0].Load(), per[1].Load(), per[2].Load(), per[3].Load(), gen.accepted.Load())
+}
+
+func TestPartialSubchannelGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		nc        sim.NICConfig
+		want      int
+		wantQueue int
+	}{
+		{"host-max", sim.NICConfig{MaxQueues: 3}, 8, 3},
+		{"never-opens", sim.NICConfig{MaxQueues: 4, NeverOpen: 1, SubchannelDelay: 5 * time.Millisecond}, 4, 3},
+		{"refused", sim.NICConfig{FailSubchannels: true}, 4, 1},
+		{"overgrant", sim.NICConfig{Faults: []sim.NICFault{sim.NICFaultSubchannelOvergrant}}, 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, n := newNIC(t, tc.nc, sim.NewReflector(), netvsc.Config{Queues: tc.want, SubchannelTimeout: 500 * time.Millisecond})
+			if got := len(n.Queues()); got != tc.wantQueue {
+				t.Fatalf("%d queues, want %d", got, tc.wantQueue)
+			}
+			// Every queue carries traffic.
+			for _, q := range n.Queues() {
+				roundTrip(t, n, q, 200, []int{64, 1000})
+			}
+		})
+	}
+}
+
+func TestLinkDownUpIsReported(t *testing.T) {
+	_, sn, n := newNIC(t, sim.NICConfig{LinkSpacing: time.Millisecond}, sim.NewReflector(), netvsc.Config{})
+	for _, up := range []bool{false, true, false, true} {
+		ch := n.LinkChanged()
+		sn.SetLink(up)
+		deadline := time.Now().Add(10 * time.Second)
+		for n.Link().Up != up {
+			if time.Now().After(deadline) {
+				t.Fatalf("link never went %v", up)
+			}
+			// Indications arrive on queue 0 and are handled by whoever
+			// drains it: here, Wait and RxBurst.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			n.Queues()[0].Wait(ctx)
+			cancel()
+			n.Queues()[0].RxBurst(make([]*netvsc.Packet, 8))
+		}
+		select {
+		case <-ch:
+		default:
+			t.Errorf("LinkChanged not closed after the change to %v", up)
+		}
+	}
+	if n.Stats().LinkChanges < 4 {
+		t.Errorf("link changes %d", n.Stats().LinkChanges)
+	}
+	l, err := n.QueryLink(context.Background())
+	if err != nil || !l.Up || l.Speed != 10e9 {
+		t.Errorf("QueryLink %v %v", l, err)
+	}
+}
+
+func TestReconfigureMTUAndQueues(t *testing.T) {
+	_, sn, n := newNIC(t, sim.NICConfig{MTU: 9000, MaxQueues: 4}, sim.NewReflector(), netvsc.Config{Queues: 1})
+	old := n.Queues()[0]
+	roundTrip(t, n, old, 100, []int{1514})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Reconfigure(ctx, 4000, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(old.Err(), netvsc.ErrReconfigured) {
+		t.Errorf("old queue: %v", old.Err())
+	}
+	if n.MTU() != 4000 || len(n.Queues()) != 2 {
+		t.Fatalf("mtu %d queues %d", n.MTU(), len(n.Queues()))
+	}
+	roundTrip(t, n, n.Queues()[1], 300, []int{4014, 64})
+	if st := sn.Stats(); st.Opens != 2 || st.MTU != 4014 {
+		t.Errorf("host opens %d mtu %d", st.Opens, st.MTU)
+	}
+}
+
+func TestSwitchDataPathAndVF(t *testing.T) {
+	_, sn, n := newNIC(t, sim.NICConfig{VF: 7, VFDelay: time.Millisecond}, sim.NewReflector(), netvsc.Config{})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n.Queues()[0].RxBurst(make([]*netvsc.Packet, 8))
+		if serial, ok := n.VF(); ok {
+			if serial != 7 {
+				t.Fatalf("VF serial %d", serial)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no VF association")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx := context.Background()
+	if err := n.SwitchDataPath(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !sn.Stats().DataPathVF {
+		t.Errorf("host did not switch to the VF")
+	}
+	if err := n.SwitchDataPath(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if sn.Stats().DataPathVF {
+		t.Errorf("host did not switch back")
+	}
+}
+
+// TestEveryKernelProfile runs two queues on every uio_hv_generic
+// behaviour: before 6.16 sub-channel interrupts never reach user space,
+// so those queues poll; before 6.18 the kernel masks on every interrupt.
+func TestEveryKernelProfile(t *testing.T) {
+	for _, prof := range sim.Profiles() {
+		t.Run(prof.String(), func(t *testing.T) {
+			h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: prof})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			for _, mode := range []netvsc.Mode{netvsc.Hybrid, netvsc.Interrupt, netvsc.Poll} {
+				n := openOn(t, h, sim.NICConfig{MaxQueues: 2}, sim.NewReflector(), netvsc.Config{Queues: 2, Mode: mode})
+				for _, q := range n.Queues() {
+					roundTrip(t, n, q, 300, []int{64, 1514})
+				}
+				if h.Violations() != nil && len(h.Violations()) > 0 {
+					t.Errorf("%s: host saw violations %v", mode, h.Violations())
+				}
+				n.Close()
+			}
+		})
+	}
+}

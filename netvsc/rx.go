@@ -1,0 +1,176 @@
+package netvsc
+
+import (
+	"vmbusd/vmbus"
+)
+
+// Receive path (netvsc.md §2.6, §3.3, §7 guest 4-5):
+//
+//	XFER packet (tid, set 0xCAFE, ranges[])      one per host batch
+//	  NVSP SEND_RNDIS_PKT{channel type, -1, 0}
+//	  range i -> receive buffer [off, off+count)  one RNDIS message each
+//	    PACKET_MSG: header | PPIs | frame       -> copy header, check, copy frame
+//	    *_CMPLT, INDICATE_STATUS                -> copy whole, control path
+//	COMP(tid) NVSP SEND_RNDIS_PKT_COMPLETE       always, even for control
+//
+// Nothing is trusted: every range is checked against the receive buffer
+// (overflow-safe), every RNDIS header is copied into private memory before
+// it is read, and the frame is copied out with the checked offsets. Only
+// DataOffset/DataLength place the frame; range lengths and MessageLength
+// bound it.
+
+// rxHeaderWindow is the most header bytes (RNDIS header and per-packet
+// info) copied out before a frame; openvmm puts the frame at 256.
+const rxHeaderWindow = 512
+
+// maxControlMessage bounds a control message copied off the receive
+// buffer (the largest answer is NDIS_OFFLOAD in a QUERY_CMPLT).
+const maxControlMessage = 4096
+
+// rxFrame is one received frame as parsed: where it is in the receive
+// buffer, and its per-packet info.
+type rxFrame struct {
+	off, n int // frame bytes in the receive buffer
+	info   PacketInfo
+	infoOK bool // the per-packet info was readable
+}
+
+// rxHandler receives what parseXfer finds.
+type rxHandler interface {
+	// rxData is called for every PACKET_MSG; the frame is still in the
+	// receive buffer at f.off.
+	rxData(f rxFrame)
+	// rxControl is called for every other RNDIS message with a private
+	// copy of it (valid during the call).
+	rxControl(msg []byte) error
+}
+
+// parseXfer walks a transfer-page packet whose header the ring reader
+// validated (range table inside the packet). recv is the receive buffer;
+// scratch holds at least maxControlMessage bytes. Host violations return a
+// *ProtocolError; the caller completes the packet whatever happens.
+func parseXfer(p *vmbus.Packet, recv []byte, scratch []byte, h rxHandler) error {
+	var m NVSPRNDISPacket
+	if err := m.Unmarshal(p.Payload()); err != nil {
+		return err
+	}
+	if set := p.TransferPageSet(); set != NVSRxBufSig {
+		return perr("XFER_PAGES", KindType, "xfer_pageset_id", uint64(set))
+	}
+	n := p.RangeCount()
+	for i := 0; i < n; i++ {
+		count, off := p.TransferRange(i)
+		if uint64(off) > uint64(len(recv)) || uint64(count) > uint64(len(recv))-uint64(off) {
+			return perr("XFER_PAGES", KindRange, "range", uint64(off)<<32|uint64(count))
+		}
+		if err := parseRange(recv, int(off), int(count), scratch, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseRange handles one RNDIS message at recv[off:off+count].
+func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error {
+	if count < RNDISHeaderSize {
+		return perr("RNDIS", KindShort, "range", uint64(count))
+	}
+	hdr := scratch[:min(count, rxHeaderWindow)]
+	copy(hdr, recv[off:])
+	t := RNDISType(le.Uint32(hdr))
+	if t != RNDISMsgPacket {
+		ml := le.Uint32(hdr[4:])
+		if ml < RNDISHeaderSize || uint64(ml) > uint64(count) {
+			return perr(t.String(), KindLength, "message_length", uint64(ml))
+		}
+		if ml > maxControlMessage || int(ml) > len(scratch) {
+			return perr(t.String(), KindLength, "message_length", uint64(ml))
+		}
+		msg := scratch[:ml]
+		copy(msg, recv[off:])
+		return h.rxControl(msg)
+	}
+	var f rxFrame
+	dataOff, n, ppi, err := checkRxPacket(hdr, count)
+	if err != nil {
+		return err
+	}
+	f.off, f.n = off+dataOff, n
+	f.infoOK = true
+	if ppi != nil {
+		if f.info, err = ParsePacketInfo(ppi); err != nil {
+			return err
+		}
+	}
+	h.rxData(f)
+	return nil
+}
+
+// checkRxPacket checks a PACKET_MSG header (hdr: the first bytes, copied)
+// of a message in a range of count bytes, with ParseRNDISPacket's rules
+// (the frame and PPI area inside MessageLength, which is inside the range;
+// DataOffset and PerPacketInfoOffset at least 36, the PPI offset 4-aligned,
+// DataLength non-zero). It returns the frame's offset from the message
+// start and length, and the PPI area when it lies in hdr (nil when absent;
+// a PPI area past the copied window is treated as absent).
+func checkRxPacket(hdr []byte, count int) (dataOff, n int, ppi []byte, err error) {
+	const msg = "PACKET_MSG"
+	if len(hdr) < RNDISPacketHeaderSize {
+		return 0, 0, nil, perr(msg, KindShort, "length", uint64(len(hdr)))
+	}
+	ml := le.Uint32(hdr[4:])
+	if ml < RNDISPacketHeaderSize || uint64(ml) > uint64(count) {
+		return 0, 0, nil, perr(msg, KindLength, "message_length", uint64(ml))
+	}
+	do, dl := le.Uint32(hdr[8:]), le.Uint32(hdr[12:])
+	po, pl := le.Uint32(hdr[28:]), le.Uint32(hdr[32:])
+	avail := uint64(ml - RNDISHeaderSize)
+	if do < rndisPacketOffsetMin {
+		return 0, 0, nil, perr(msg, KindOffset, "data_offset", uint64(do))
+	}
+	if dl == 0 {
+		return 0, 0, nil, perr(msg, KindDataLength, "data_length", 0)
+	}
+	if uint64(dl) > avail || uint64(do) > avail-uint64(dl) {
+		return 0, 0, nil, perr(msg, KindRange, "data_length", uint64(dl))
+	}
+	if pl != 0 {
+		if po < rndisPacketOffsetMin || po%4 != 0 {
+			return 0, 0, nil, perr(msg, KindOffset, "per_packet_info_offset", uint64(po))
+		}
+		if uint64(pl) > avail || uint64(po) > avail-uint64(pl) {
+			return 0, 0, nil, perr(msg, KindRange, "per_packet_info_length", uint64(pl))
+		}
+		s, e := RNDISHeaderSize+uint64(po), RNDISHeaderSize+uint64(po)+uint64(pl)
+		if e <= uint64(len(hdr)) {
+			ppi = hdr[s:e:e]
+		}
+	}
+	return RNDISHeaderSize + int(do), int(dl), ppi, nil
+}
+
+// applyRxInfo turns the host's per-packet info into packet metadata.
+func applyRxInfo(m *Meta, pi *PacketInfo) {
+	if pi.Has&InfoVLAN != 0 {
+		m.Flags |= MetaVLAN
+		m.VLAN = pi.VLAN.TCI()
+	}
+	// DPDK trusts a hash only with both the value and the hash info.
+	if pi.Has&(InfoHashValue|InfoHashInfo) == InfoHashValue|InfoHashInfo {
+		m.Flags |= MetaHash
+		m.Hash = pi.HashValue
+	}
+	if pi.Has&InfoChecksum != 0 {
+		c := RxChecksum(pi.Checksum)
+		if c&(RxChecksumTCPFailed|RxChecksumUDPFailed|RxChecksumIPFailed) != 0 {
+			m.Flags |= MetaRxChecksumBad
+		} else {
+			if c&RxChecksumIPOK != 0 && c&RxChecksumIPValueInvalid == 0 {
+				m.Flags |= MetaRxIPChecksumOK
+			}
+			if c&(RxChecksumTCPOK|RxChecksumUDPOK) != 0 {
+				m.Flags |= MetaRxL4ChecksumOK
+			}
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package netvsc
+
+import "encoding/binary"
+
+// Software segmentation, for frames larger than the MTU when no GPA pool
+// lets the host do LSO (netvsc.md §4): TCP is cut into MSS-sized segments
+// with their checksums computed here; other IPv4 is fragmented (unless DF
+// is set); anything else is dropped (tx_too_big). Each piece is copied
+// into send sections like any small frame.
+
+const (
+	etherTypeIPv4 = 0x0800
+	etherTypeIPv6 = 0x86dd
+	protoTCP      = 6
+)
+
+// segment sends an oversized frame in pieces; false means not enough free
+// sections or ring now (the packet stays the caller's).
+func (q *Queue) segment(p *Packet, info *PacketInfo) bool {
+	s := q.s
+	frame := p.Data()
+	// A piece must be a legal frame and fit a send section with its
+	// header and per-packet info.
+	maxFrame := min(s.mtu+EthernetHeaderSize, s.aggMax-RNDISPacketHeaderSize-2*PPIUint32Size)
+	drop := func() bool {
+		q.c.txTooBig.inc()
+		q.txDone = append(q.txDone, p)
+		return true
+	}
+	if len(frame) < EthernetHeaderSize+20 {
+		return drop()
+	}
+	var sub PacketInfo // what every piece carries: hash and VLAN
+	sub.Has = info.Has & (InfoHashValue | InfoVLAN)
+	sub.HashValue, sub.VLAN = info.HashValue, info.VLAN
+	et := binary.BigEndian.Uint16(frame[12:])
+	l3 := EthernetHeaderSize
+	var l4, proto int
+	switch et {
+	case etherTypeIPv4:
+		ihl := int(frame[l3]&0xf) * 4
+		if frame[l3]>>4 != 4 || ihl < 20 || l3+ihl > len(frame) {
+			return drop()
+		}
+		l4, proto = l3+ihl, int(frame[l3+9])
+	case etherTypeIPv6:
+		if len(frame) < l3+40 {
+			return drop()
+		}
+		l4, proto = l3+40, int(frame[l3+6])
+	default:
+		return drop()
+	}
+	if proto == protoTCP && len(frame) >= l4+20 {
+		thl := int(frame[l4+12]>>4) * 4
+		hdr := l4 + thl
+		if thl < 20 || hdr >= len(frame) {
+			return drop()
+		}
+		mss := maxFrame - hdr
+		if p.Meta.Flags&MetaTxLSO != 0 && p.Meta.MSS > 0 {
+			mss = min(mss, int(p.Meta.MSS))
+		}
+		if mss <= 0 {
+			return drop()
+		}
+		k := (len(frame) - hdr + mss - 1) / mss
+		if !q.reserve(k) {
+			return false
+		}
+		q.c.txSegmented.inc()
+		for i, off := 0, hdr; off < len(frame); i, off = i+1, off+mss {
+			n := min(mss, len(frame)-off)
+			seg := q.segBuf[:hdr+n]
+			copy(seg, frame[:hdr])
+			copy(seg[hdr:], frame[off:off+n])
+			fixTCPSegment(seg, et, l3, l4, uint32(off-hdr), i, off+n == len(frame), off == hdr)
+			q.copyPiece(seg, &sub)
+		}
+		q.txDone = append(q.txDone, p)
+		return true
+	}
+	if et != etherTypeIPv4 {
+		return drop()
+	}
+	// IPv4 fragmentation (RFC 791): DF set means the sender wanted none.
+	if binary.BigEndian.Uint16(frame[l3+6:])&0x4000 != 0 {
+		return drop()
+	}
+	chunk := (maxFrame - l4) &^ 7
+	if chunk <= 0 {
+		return drop()
+	}
+	k := (len(frame) - l4 + chunk - 1) / chunk
+	if !q.reserve(k) {
+		return false
+	}
+	q.c.txSegmented.inc()
+	baseOff := int(binary.BigEndian.Uint16(frame[l3+6:]) & 0x1fff)
+	moreFrags := binary.BigEndian.Uint16(frame[l3+6:])&0x2000 != 0
+	for off := l4; off < len(frame); off += chunk {
+		n := min(chunk, len(frame)-off)
+		seg := q.segBuf[:l4+n]
+		copy(seg, frame[:l4])
+		copy(seg[l4:], frame[off:off+n])
+		ip := seg[l3:l4]
+		fo := uint16(baseOff + (off-l4)/8)
+		if off+n < len(frame) || moreFrags {
+			fo |= 0x2000
+		}
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-l3))
+		binary.BigEndian.PutUint16(ip[6:], fo)
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], ^csumFold(csumAdd(0, ip)))
+		q.copyPiece(seg, &sub)
+	}
+	q.txDone = append(q.txDone, p)
+	return true
+}
+
+// reserve reports whether k pieces surely fit: a section each (the worst
+// case) and ring room for their sends.
+func (q *Queue) reserve(k int) bool {
+	if q.sec.len()+len(q.stash) < k+1 {
+		q.c.txNoSpace.inc()
+		return false
+	}
+	if q.ch.Out().Free() <= (k+2)*nvspSendSize {
+		q.c.txBusy.inc()
+		return false
+	}
+	return true
+}
+
+func (q *Queue) copyPiece(seg []byte, info *PacketInfo) {
+	if q.copyFrame(seg, info) == copyOK {
+		q.c.txSegments.inc()
+	} else {
+		q.c.txNoSpace.inc() // cannot happen after reserve
+	}
+}
+
+// fixTCPSegment rewrites the headers of one segment: IP length (and IPv4
+// id, +1 per segment, and checksum), TCP sequence number, flags (FIN and PSH only on the
+// last, CWR only on the first), and the TCP checksum.
+func fixTCPSegment(seg []byte, et uint16, l3, l4 int, delta uint32, idx int, last, first bool) {
+	if et == etherTypeIPv4 {
+		ip := seg[l3:l4]
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-l3))
+		binary.BigEndian.PutUint16(ip[4:], binary.BigEndian.Uint16(ip[4:])+uint16(idx))
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], ^csumFold(csumAdd(0, ip)))
+	} else {
+		binary.BigEndian.PutUint16(seg[l3+4:], uint16(len(seg)-l4))
+	}
+	tcp := seg[l4:]
+	binary.BigEndian.PutUint32(tcp[4:], binary.BigEndian.Uint32(tcp[4:])+delta)
+	if !last {
+		tcp[13] &^= 0x09 // FIN, PSH
+	}
+	if !first {
+		tcp[13] &^= 0x80 // CWR
+	}
+	binary.BigEndian.PutUint16(tcp[16:], 0)
+	var sum uint32
+	if et == etherTypeIPv4 {
+		sum = csumAdd(sum, seg[l3+12:l3+20])
+	} else {
+		sum = csumAdd(sum, seg[l3+8:l3+40])
+	}
+	sum += protoTCP + uint32(len(tcp))
+	sum = csumAdd(sum, tcp)
+	binary.BigEndian.PutUint16(tcp[16:], ^csumFold(sum))
+}
+
+// csumAdd adds b to a one's-complement running sum.
+func csumAdd(sum uint32, b []byte) uint32 {
+	for len(b) >= 2 {
+		sum += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint32(b[0]) << 8
+	}
+	return sum
+}
+
+func csumFold(sum uint32) uint16 {
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return uint16(sum)
+}

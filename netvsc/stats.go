@@ -1,0 +1,192 @@
+package netvsc
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"vmbusd/vmbus"
+)
+
+// Counters are plain per-queue uint64 fields read at scrape time (house
+// style). Each is written under one of the queue's locks, so a load and a
+// store suffice (no locked instruction on the hot path); readers use
+// atomic loads.
+type ctr struct{ v atomic.Uint64 }
+
+func (c *ctr) add(n uint64) { c.v.Store(c.v.Load() + n) }
+func (c *ctr) inc()         { c.v.Store(c.v.Load() + 1) }
+func (c *ctr) load() uint64 { return c.v.Load() }
+
+// queueCounters are one queue's counters. Names follow Linux hv_netvsc's
+// ethtool -S (netvsc.md §6) where one exists.
+type queueCounters struct {
+	// under inMu (the drain)
+	rxPackets, rxBytes   ctr
+	rxNoMemory           ctr // frames dropped: pool empty or staging full (DPDK "ring full", imissed)
+	rxTooBig             ctr // frames larger than a packet buffer, dropped
+	rxCompBusy           ctr // receive completions deferred: outbound ring full
+	rxCompSent           ctr // receive completions sent
+	rxXfers              ctr // transfer-page packets
+	txPackets, txBytes   ctr // counted when the host completes the send (DPDK)
+	txCompletions        ctr // send completions received
+	txFailed             ctr // completions with a status other than success
+	rxPPIErrors          ctr // frames whose per-packet info was unreadable (delivered without metadata)
+	txWakeups, rxWakeups ctr
+	rxPolls, idleSleeps  ctr
+	// under txMu
+	txSendFull  ctr // no free send section: the frame went GPA-direct (Linux tx_send_full)
+	txBusy      ctr // outbound ring full or request table full (Linux tx_busy)
+	txNoSpace   ctr // no section, no GPA: the burst stopped short
+	txTooBig    ctr // frames that could be neither sent nor segmented, dropped
+	txCopied    ctr // frames copied into send sections
+	txGPA       ctr // frames sent GPA-direct
+	txSegmented ctr // oversized frames cut in software (Linux tx_scattered's role)
+	txSegments  ctr // the frames that produced
+	txSections  ctr // NVSP sends of send-buffer sections
+	txVLANMoved ctr // in-frame 802.1Q tags moved into the per-packet info
+	stopQueue   ctr // TX found no resources
+}
+
+// QueueStats is a snapshot of one queue's counters.
+type QueueStats struct {
+	Queue int
+	// Ethtool maps each counter's ethtool-style name to its value.
+	RxPackets, RxBytes, TxPackets, TxBytes uint64
+	RxNoMemory, RxTooBig, RxCompBusy       uint64
+	TxSendFull, TxBusy, TxNoSpace          uint64
+	TxTooBig, TxCopied, TxGPA              uint64
+	TxSegmented, TxSegments, TxSections    uint64
+	TxCompletions, TxFailed, RxXfers       uint64
+	RxCompSent, RxPPIErrors, TxVLANMoved   uint64
+	StopQueue                              uint64
+	// Ring-level counters of the queue's channel.
+	Channel vmbus.ChannelStats
+}
+
+func (q *Queue) stats() QueueStats {
+	c := &q.c
+	return QueueStats{
+		Queue:     q.idx,
+		RxPackets: c.rxPackets.load(), RxBytes: c.rxBytes.load(),
+		TxPackets: c.txPackets.load(), TxBytes: c.txBytes.load(),
+		RxNoMemory: c.rxNoMemory.load(), RxTooBig: c.rxTooBig.load(), RxCompBusy: c.rxCompBusy.load(),
+		TxSendFull: c.txSendFull.load(), TxBusy: c.txBusy.load(), TxNoSpace: c.txNoSpace.load(),
+		TxTooBig: c.txTooBig.load(), TxCopied: c.txCopied.load(), TxGPA: c.txGPA.load(),
+		TxSegmented: c.txSegmented.load(), TxSegments: c.txSegments.load(), TxSections: c.txSections.load(),
+		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
+		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
+		StopQueue: c.stopQueue.load(),
+		Channel:   q.ch.Stats(),
+	}
+}
+
+// Stats is a snapshot of a NIC's counters.
+type Stats struct {
+	Queues []QueueStats
+	// Violations counts host protocol violations by check ("vmbus: len8",
+	// "netvsc: out of range", ...), summed over every reset of this NIC
+	// value (each one is fatal to the configuration it hit).
+	Violations map[string]uint64
+	// Interrupts the device delivered; LinkChanges seen; Resets:
+	// configurations torn down (Reconfigure); ControlTimeouts.
+	Interrupts, LinkChanges, Reconfigures, ControlTimeouts uint64
+	// RxIgnored: data frames acknowledged and dropped because the data
+	// path was not running (bring-up, DPDK 107f3cf310).
+	RxIgnored uint64
+	// HostEvents counts inband host messages by NVSP type name.
+	HostEvents map[string]uint64
+}
+
+// Named is one counter with its ethtool -S style name.
+type Named struct {
+	Name  string
+	Value uint64
+}
+
+// Ethtool returns the counters under Linux hv_netvsc's ethtool -S names
+// (netvsc.md §6): the global ones summed over queues, then per queue
+// tx_queue_N_packets, ..., then vmbusd's own additions.
+func (s *Stats) Ethtool() []Named {
+	var g QueueStats
+	for _, q := range s.Queues {
+		g.TxSegmented += q.TxSegmented
+		g.TxNoSpace += q.TxNoSpace
+		g.TxTooBig += q.TxTooBig
+		g.TxBusy += q.TxBusy
+		g.TxSendFull += q.TxSendFull
+		g.RxCompBusy += q.RxCompBusy
+		g.RxNoMemory += q.RxNoMemory
+		g.StopQueue += q.StopQueue
+		g.TxVLANMoved += q.TxVLANMoved
+	}
+	out := []Named{
+		{"tx_scattered", g.TxSegmented}, {"tx_no_memory", 0}, {"tx_no_space", g.TxNoSpace},
+		{"tx_too_big", g.TxTooBig}, {"tx_busy", g.TxBusy}, {"tx_send_full", g.TxSendFull},
+		{"rx_comp_busy", g.RxCompBusy}, {"rx_no_memory", g.RxNoMemory},
+		{"stop_queue", g.StopQueue}, {"wake_queue", g.StopQueue}, {"vlan_error", g.TxVLANMoved},
+	}
+	for _, q := range s.Queues {
+		n := q.Queue
+		out = append(out,
+			Named{fmt.Sprintf("tx_queue_%d_packets", n), q.TxPackets},
+			Named{fmt.Sprintf("tx_queue_%d_bytes", n), q.TxBytes},
+			Named{fmt.Sprintf("rx_queue_%d_packets", n), q.RxPackets},
+			Named{fmt.Sprintf("rx_queue_%d_bytes", n), q.RxBytes},
+			Named{fmt.Sprintf("rx_queue_%d_xdp_drop", n), 0},
+		)
+	}
+	for _, q := range s.Queues {
+		n := q.Queue
+		out = append(out,
+			Named{fmt.Sprintf("tx_queue_%d_copied", n), q.TxCopied},
+			Named{fmt.Sprintf("tx_queue_%d_gpa_direct", n), q.TxGPA},
+			Named{fmt.Sprintf("tx_queue_%d_segmented", n), q.TxSegmented},
+			Named{fmt.Sprintf("tx_queue_%d_sections", n), q.TxSections},
+			Named{fmt.Sprintf("tx_queue_%d_failed", n), q.TxFailed},
+			Named{fmt.Sprintf("rx_queue_%d_too_big", n), q.RxTooBig},
+			Named{fmt.Sprintf("rx_queue_%d_signals", n), q.Channel.RxSignals},
+			Named{fmt.Sprintf("tx_queue_%d_signals", n), q.Channel.TxSignals},
+			Named{fmt.Sprintf("queue_%d_wakeups", n), q.Channel.Wakeups},
+		)
+	}
+	return out
+}
+
+// violations counts protocol violations by check for a NIC, across
+// reconfigurations.
+type violations struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (v *violations) add(check string) {
+	v.mu.Lock()
+	if v.m == nil {
+		v.m = map[string]uint64{}
+	}
+	v.m[check]++
+	v.mu.Unlock()
+}
+
+func (v *violations) snapshot() map[string]uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.m)
+}
+
+// AllChecks lists every check name a violation can be counted under, so
+// exporters can publish zeros.
+func AllChecks() []string {
+	var out []string
+	for _, k := range vmbus.CorruptKinds() {
+		out = append(out, "vmbus: "+k.String())
+	}
+	for _, k := range Kinds() {
+		out = append(out, "netvsc: "+k.String())
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,392 @@
+package netvsc
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"vmbusd/vmbus"
+)
+
+// Transmit path (netvsc.md §2.7, §3.7, §4; the 16 MB seed: copy small
+// packets):
+//
+//	frame <= section  -> PACKET_MSG copied into the open send section,
+//	                     several per section within the host's RNDIS limits
+//	                     (max packets, max transfer size, alignment: the
+//	                     previous message is padded, DPDK hn_try_txagg)
+//	frame >  section  -> GPA-direct from its pinned buffer (GPA pool), the
+//	                     RNDIS header written into the headroom in front of it
+//	                  -> else TCP segmented / IPv4 fragmented in software,
+//	                     each piece copied as above
+//	no free section   -> GPA-direct if pinned (tx_send_full), else the burst
+//	                     stops (tx_no_space) and the caller retries
+//
+// One NVSP SEND_RNDIS_PKT per section or GPA packet, completion requested;
+// the section (or the GPA buffer) is freed, and the frames counted, when
+// the host completes it. At most one section is open, and only within a
+// burst: the end of a burst sends it, then publishes the ring once.
+
+// nvspSendSize is the ring bytes of one section send.
+var nvspSendSize = vmbus.PacketSize(0, NVSPMessageSize)
+
+// TxBurst queues frames for transmission and returns how many it took.
+// Taken packets belong to the queue (freed once copied, or when the host
+// completes a GPA-direct send); the rest stay the caller's. It never
+// blocks: a short count means the send buffer or the ring is full (see
+// WaitTx) or the NIC is down.
+func (q *Queue) TxBurst(pkts []*Packet) int {
+	if len(pkts) == 0 || q.s.err() != nil {
+		return 0
+	}
+	q.txMu.Lock()
+	if q.s.err() != nil { // stopped while we waited for the lock
+		q.txMu.Unlock()
+		return 0
+	}
+	n := q.txBurstLocked(pkts)
+	if n < len(pkts) && q.inMu.TryLock() {
+		if q.s.err() == nil {
+			q.drainLocked()
+			q.inMu.Unlock()
+			n += q.txBurstLocked(pkts[n:])
+		} else {
+			q.inMu.Unlock()
+		}
+	}
+	if n < len(pkts) {
+		q.c.stopQueue.inc()
+	}
+	q.txMu.Unlock()
+	return n
+}
+
+func (q *Queue) txBurstLocked(pkts []*Packet) int {
+	s := q.s
+	q.outMu.Lock()
+	n := 0
+	for n < len(pkts) && s.err() == nil {
+		if !q.txOne(pkts[n]) {
+			break
+		}
+		n++
+	}
+	q.flushSection()
+	q.sendAcksLocked()
+	if err := q.ch.Flush(); err != nil {
+		s.fail(err)
+	}
+	q.outMu.Unlock()
+	if len(q.txDone) > 0 {
+		PutBurst(q.txDone)
+		clear(q.txDone)
+		q.txDone = q.txDone[:0]
+	}
+	return n
+}
+
+// txOne sends (or drops) one frame; false means no resources now and the
+// packet stays the caller's.
+func (q *Queue) txOne(p *Packet) bool {
+	s := q.s
+	if p.n == 0 {
+		q.c.txTooBig.inc()
+		q.txDone = append(q.txDone, p)
+		return true
+	}
+	frame := p.Data()
+	// Hyper-V drops frames with an in-band tag: move it to the PPI
+	// (DPDK 06c968f9ba).
+	if len(frame) >= 18 && frame[12] == 0x81 && frame[13] == 0x00 && p.Meta.Flags&MetaVLAN == 0 {
+		p.Meta.Flags |= MetaVLAN
+		p.Meta.VLAN = binary.BigEndian.Uint16(frame[14:])
+		copy(p.buf[p.off+4:p.off+16], p.buf[p.off:p.off+12])
+		p.off += 4
+		p.n -= 4
+		frame = p.Data()
+		q.c.txVLANMoved.inc()
+	}
+	var info PacketInfo
+	q.txInfo(p, &info)
+	msgLen := RNDISPacketHeaderSize + info.PPILen() + len(frame)
+	maxFrame := s.mtu + EthernetHeaderSize
+	if msgLen <= s.aggMax && (len(frame) <= maxFrame || info.Has&InfoLSO != 0) {
+		switch q.copyFrame(frame, &info) {
+		case copyOK:
+			q.c.txCopied.inc()
+			q.txDone = append(q.txDone, p)
+			return true
+		case copyRingFull:
+			return false
+		}
+		// No section: GPA-direct if the buffer is pinned (Linux tx_send_full).
+		if p.pool.gpa == nil {
+			q.c.txNoSpace.inc()
+			return false
+		}
+		q.c.txSendFull.inc()
+		return q.sendGPA(p, &info)
+	}
+	if p.pool.gpa != nil && (len(frame) <= maxFrame || info.Has&InfoLSO != 0) {
+		return q.sendGPA(p, &info)
+	}
+	return q.segment(p, &info)
+}
+
+// txInfo builds the per-packet info of a frame: the queue hash (DPDK: the
+// queue id steers the completion), VLAN, and the offloads the host took.
+func (q *Queue) txInfo(p *Packet, info *PacketInfo) {
+	s := q.s
+	if len(s.queues) > 1 {
+		info.SetHashValue(uint32(q.idx))
+	}
+	m := &p.Meta
+	if m.Flags&MetaVLAN != 0 {
+		info.SetVLAN(VLANInfoFromTCI(m.VLAN))
+	}
+	if m.Flags&(MetaTxTCPChecksum|MetaTxUDPChecksum|MetaTxIPChecksum) != 0 && s.off.csum(m.Flags) {
+		var c TxChecksum
+		if m.Flags&MetaTxIPv4 != 0 {
+			c |= TxChecksumIPv4
+		}
+		if m.Flags&MetaTxIPv6 != 0 {
+			c |= TxChecksumIPv6
+		}
+		if m.Flags&MetaTxTCPChecksum != 0 {
+			c |= TxChecksumTCP
+		}
+		if m.Flags&MetaTxUDPChecksum != 0 {
+			c |= TxChecksumUDP
+		}
+		if m.Flags&MetaTxIPChecksum != 0 {
+			c |= TxChecksumIPHeader
+		}
+		info.SetChecksum(uint32(NewTxChecksum(c, int(m.L4Off))))
+	}
+	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) && p.pool.gpa != nil {
+		info.SetLSO(NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
+	}
+}
+
+type copyResult int
+
+const (
+	copyOK copyResult = iota
+	copyNoSection
+	copyRingFull
+)
+
+// copyFrame appends a PACKET_MSG to the open section, or opens one.
+func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
+	s := q.s
+	need := RNDISPacketHeaderSize + info.PPILen() + len(frame)
+	if need > s.aggMax {
+		return copyNoSection // the callers check; a section could never hold it
+	}
+	c := &q.cur
+	if c.open {
+		pos := (c.used + s.align - 1) &^ (s.align - 1)
+		if c.frames < s.maxPkts && pos+need <= s.aggMax {
+			sec := s.send.section(c.idx)
+			if _, err := PadRNDISMessage(sec[c.last:pos], s.align); err != nil {
+				pos = -1 // cannot happen: pos is the padded end
+			}
+			if pos >= 0 {
+				PutRNDISPacket(sec[pos:], info, frame)
+				c.used, c.last = pos+need, pos
+				c.frames++
+				c.bytes += len(frame)
+				return copyOK
+			}
+		}
+		q.flushSection()
+	}
+	if q.ch.Out().Free() <= 2*nvspSendSize {
+		q.c.txBusy.inc()
+		return copyRingFull
+	}
+	idx, ok := q.takeSection()
+	if !ok {
+		return copyNoSection
+	}
+	sec := s.send.section(int(idx))
+	PutRNDISPacket(sec, info, frame)
+	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: len(frame)}
+	return copyOK
+}
+
+func (q *Queue) takeSection() (uint32, bool) {
+	if n := len(q.stash); n > 0 {
+		v := q.stash[n-1]
+		q.stash = q.stash[:n-1]
+		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
+		return v, true
+	}
+	return q.sec.take()
+}
+
+// flushSection sends the open section. Ring space for it was checked
+// when it was opened, and outMu has been held since.
+func (q *Queue) flushSection() {
+	c := &q.cur
+	if !c.open {
+		return
+	}
+	c.open = false
+	i := c.idx - q.secLo
+	q.secFrames[i], q.secBytes[i] = uint32(c.frames), uint32(c.bytes)
+	q.nvspBuf = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(q.nvspBuf[:0])
+	if _, err := q.ch.SendRequest(vmbus.PacketInband, cookieSection|uint64(c.idx), nil, q.nvspBuf); err != nil {
+		q.stash = append(q.stash, uint32(c.idx))
+		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
+		q.c.txBusy.inc()
+		if _, full := err.(*vmbus.RingFullError); !full && err != vmbus.ErrTooManyRequests {
+			q.s.fail(err)
+		}
+		return
+	}
+	q.c.txSections.inc()
+}
+
+// sendGPA sends one frame GPA-direct from its pinned buffer, the RNDIS
+// header written into the headroom in front of it so that the message is
+// one range (vmbus-uio.md §2.2: one gpa_range listing every page).
+func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
+	q.flushSection()
+	hdrLen := RNDISPacketHeaderSize + info.PPILen()
+	if p.off < hdrLen {
+		q.c.txTooBig.inc()
+		q.txDone = append(q.txDone, p)
+		return true
+	}
+	slot, ok := q.takeGPA()
+	if !ok {
+		q.c.txNoSpace.inc()
+		return false
+	}
+	start := p.off - hdrLen
+	PutRNDISPacketHeader(p.buf[start:], info, p.n)
+	pageOff, pfns, ok := p.pool.gpaOf(p, start, hdrLen+p.n, q.pfns[:0])
+	q.pfns = pfns[:0]
+	if !ok {
+		q.gpaUntake(slot) // cannot happen: the pool is GPA-backed
+		return false
+	}
+	q.hdrBuf = vmbus.GPAHeader(q.hdrBuf[:0], 1)
+	q.hdrBuf = vmbus.AppendGPARange(q.hdrBuf, uint32(hdrLen+p.n), pageOff, pfns)
+	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), NVSPMessageSize)+nvspSendSize {
+		q.gpaUntake(slot)
+		q.c.txBusy.inc()
+		return false
+	}
+	q.gpaPkts[slot], q.gpaBytes[slot] = p, uint32(p.n)
+	q.nvspBuf = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: NVSChimIdxInvalid}.Marshal(q.nvspBuf[:0])
+	if _, err := q.ch.SendRequest(vmbus.PacketGPADirect, cookieGPA|uint64(slot), q.hdrBuf, q.nvspBuf); err != nil {
+		q.gpaPkts[slot] = nil
+		q.gpaUntake(slot)
+		q.c.txBusy.inc()
+		if _, full := err.(*vmbus.RingFullError); !full && err != vmbus.ErrTooManyRequests {
+			q.s.fail(err)
+		}
+		return false
+	}
+	q.c.txGPA.inc()
+	return true
+}
+
+// gpaUntake parks a slot the consumer took but did not use: the free ring
+// has a single producer (the completion path), so the consumer keeps its
+// own short list, as for sections.
+func (q *Queue) gpaUntake(slot uint32) {
+	q.gpaSt = append(q.gpaSt, slot)
+	q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
+}
+
+func (q *Queue) takeGPA() (uint32, bool) {
+	if n := len(q.gpaSt); n > 0 {
+		v := q.gpaSt[n-1]
+		q.gpaSt = q.gpaSt[:n-1]
+		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
+		return v, true
+	}
+	return q.gpa.take()
+}
+
+// WaitTx blocks until TxBurst may find room again (a free section, GPA
+// slot or ring space), the NIC fails, or ctx ends. It reaps completions
+// itself when nobody else is draining.
+func (q *Queue) WaitTx(ctx context.Context) error {
+	s := q.s
+	for {
+		if err := s.err(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if q.txReady() {
+			return nil
+		}
+		if q.txRingFull() {
+			q.txWaitWritable(ctx)
+			continue
+		}
+		q.txWaiting.Store(true)
+		if q.inMu.TryLock() {
+			if s.err() == nil {
+				q.drainLocked()
+			}
+			q.inMu.Unlock()
+			if q.txReady() {
+				q.txWaiting.Store(false)
+				return nil
+			}
+			err := q.sleep(ctx, 1)
+			q.txWaiting.Store(false)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		t := time.NewTimer(time.Millisecond)
+		select {
+		case <-q.txWake:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.dead:
+		}
+		t.Stop()
+		q.txWaiting.Store(false)
+	}
+}
+
+// txReady reports whether a send could proceed: a free section (or GPA
+// slot) and ring room. Lock-free.
+func (q *Queue) txReady() bool {
+	return (q.sec.len() > 0 || q.gpa.len() > 0 || q.stashN.Load() > 0) && !q.txRingFull()
+}
+
+func (q *Queue) txRingFull() bool {
+	out, _ := q.ch.RingUsage()
+	return out < 0 || q.ch.Out().DataSize()-out <= 4*nvspSendSize+512
+}
+
+// txWaitWritable waits for outbound ring space with pending_send_sz, for
+// a bounded time: receive completions queue up meanwhile.
+func (q *Queue) txWaitWritable(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+	q.outMu.Lock()
+	if q.s.err() != nil {
+		q.outMu.Unlock()
+		cancel()
+		return
+	}
+	err := q.ch.WaitWritable(wctx, 4*nvspSendSize+512)
+	q.sendAcksLocked()
+	q.ch.Flush()
+	q.outMu.Unlock()
+	cancel()
+	if err != nil && ctx.Err() == nil && wctx.Err() == nil {
+		q.s.fail(err)
+	}
+}

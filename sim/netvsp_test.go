@@ -1,0 +1,779 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"vmbusd/netvsc"
+	"vmbusd/vmbus"
+)
+
+func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	// The reference's answers (netvsc.md §2.5, §7 host 2, 9).
+	if g.subSize != DefaultRecvSectionSize || g.subCount != uint32(len(g.recv)/DefaultRecvSectionSize) {
+		t.Errorf("receive sections %d x %d", g.subSize, g.subCount)
+	}
+	if g.secSize != DefaultSendSectionSize {
+		t.Errorf("send section %d", g.secSize)
+	}
+	g.setFilter(0)
+	c := g.query(netvsc.OIDGenMaximumFrameSize, nil)
+	if v, _ := netvsc.ParseInfoUint32(c.Info); v != 1500 {
+		t.Errorf("MAXIMUM_FRAME_SIZE %d", v)
+	}
+	c = g.query(netvsc.OID8023PermanentAddress, nil)
+	if !bytes.Equal(c.Info, g.nic.MAC()) {
+		t.Errorf("PERMANENT_ADDRESS %x, want %s", c.Info, g.nic.MAC())
+	}
+	c = g.query(netvsc.OIDGenReceiveScaleCapabilities, netvsc.RSSCapabilitiesQueryHeader().Marshal(nil))
+	var caps netvsc.RSSCapabilities
+	if err := caps.Unmarshal(c.Info); err != nil || caps.NumIndirectionEntries != 128 || caps.NumReceiveQueues != DefaultMaxQueues {
+		t.Errorf("RSS caps %+v %v", caps, err)
+	}
+	c = g.query(netvsc.OIDTCPOffloadHardwareCapabilities, netvsc.OffloadQueryHeader(g.version).Marshal(nil))
+	var off netvsc.Offload
+	if err := off.Unmarshal(c.Info); err != nil || off.LSOv2.IPv4MaxSize != netvsc.HostLSOv2MaxSize {
+		t.Errorf("offload %+v %v", off, err)
+	}
+	g.setFilter(netvsc.NDISPacketFilterDefault)
+	c = g.query(netvsc.OIDGenMediaConnectStatus, nil)
+	if v, _ := netvsc.ParseInfoUint32(c.Info); v != netvsc.NDISMediaStateConnected {
+		t.Errorf("link %d", v)
+	}
+	c = g.query(netvsc.OIDGenLinkSpeed, nil)
+	if v, _ := netvsc.ParseInfoUint32(c.Info); netvsc.LinkSpeed(v).Mbps() != 10000 {
+		t.Errorf("link speed %d", v)
+	}
+	if c := g.query(0x0badbeef, nil); c.Status != netvsc.RNDISStatusNotSupported {
+		t.Errorf("unknown OID answered %v", c.Status)
+	}
+	g.noViolations()
+	st := g.nic.Stats()
+	if st.NVSPVersion != netvsc.NVSPProtocolVersion61 || st.NDISVersion != netvsc.NDISVersion630 || st.MTU != 1514 || st.PacketFilter != 0xd {
+		t.Errorf("negotiated state %+v", st)
+	}
+}
+
+func TestNetVSPInitAcceptsOnlySupportedVersionsAndFallsBack(t *testing.T) {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxNVSPVersion: netvsc.NVSPProtocolVersion5}})
+	for _, v := range netvsc.NVSPVersions() {
+		var ic netvsc.NVSPInitComplete
+		if err := ic.Unmarshal(g.request(netvsc.NVSPInit{MinVersion: v, MaxVersion: v}.Marshal(nil))); err != nil {
+			t.Fatal(err)
+		}
+		want := netvsc.NVSPStatNone
+		if v == netvsc.NVSPProtocolVersion5 {
+			want = netvsc.NVSPStatSuccess
+		}
+		if ic.Status != want || ic.MaxMDLChainLen != 34 {
+			t.Fatalf("INIT %#x: %+v, want status %v", v, ic, want)
+		}
+		if want == netvsc.NVSPStatSuccess {
+			break
+		}
+	}
+	if st := g.nic.Stats(); st.NVSPVersion != netvsc.NVSPProtocolVersion5 {
+		t.Errorf("negotiated %#x", st.NVSPVersion)
+	}
+	g.noViolations()
+}
+
+func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
+	type step func(g *tguest)
+	init := func(g *tguest) {
+		g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
+	}
+	config := func(g *tguest) { g.nvsp(netvsc.NVSPNDISConfig{MTU: 1514}.Marshal(nil), false) }
+	ver := func(g *tguest) { g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false) }
+	recvStatus := func(g *tguest, gpadl uint32) netvsc.NVSPStatus {
+		var rc netvsc.NVSPRecvBufComplete
+		rc.Unmarshal(g.request(netvsc.NVSPRecvBuf{GPADLHandle: gpadl, ID: netvsc.NVSRxBufSig}.Marshal(nil)))
+		return rc.Status
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		kind  string
+	}{
+		{"message before INIT", []step{config}, "before INIT"},
+		{"second INIT", []step{init, init}, "second INIT"},
+		{"receive buffer before NDIS config", []step{init, ver, func(g *tguest) {
+			if st := recvStatus(g, g.recvGPADL); st != netvsc.NVSPStatFail {
+				t.Errorf("status %v", st)
+			}
+		}}, "SEND_RECV_BUF before SEND_NDIS_CONFIG"},
+		{"wrong receive GPADL", []step{init, config, ver, func(g *tguest) {
+			if st := recvStatus(g, g.recvGPADL+7); st != netvsc.NVSPStatFail {
+				t.Errorf("status %v", st)
+			}
+		}}, "not the receive buffer's"},
+		{"NDIS config after the receive buffer", []step{init, config, ver, func(g *tguest) { g.connectBuffers() }, config}, "after SEND_RECV_BUF"},
+		{"RNDIS before the receive buffer", []step{init, config, ver, func(g *tguest) {
+			g.secSize, g.secCount = DefaultSendSectionSize, 10
+			tid := g.sendRNDIS(0, netvsc.RMCControl, netvsc.RNDISInitialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
+			if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+				t.Errorf("status %v", st)
+			}
+		}}, "before the receive buffer"},
+		{"RNDIS query before INITIALIZE", []step{init, config, ver, func(g *tguest) {
+			g.connectBuffers()
+			g.query(netvsc.OIDGenLinkSpeed, nil)
+		}}, "QUERY before INITIALIZE"},
+		{"data before INITIALIZE", []step{init, config, ver, func(g *tguest) {
+			g.connectBuffers()
+			tid := g.sendRNDIS(0, netvsc.RMCData, rndisPacket(make([]byte, 60), nil))
+			if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+				t.Errorf("status %v", st)
+			}
+		}}, "before RNDIS INITIALIZE"},
+		{"NVSP type not allowed at version", []step{func(g *tguest) {
+			g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion4, MaxVersion: netvsc.NVSPProtocolVersion4}.Marshal(nil))
+			g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil))
+		}}, "not allowed at the negotiated version"},
+		{"request id 0", []step{init, config, ver, func(g *tguest) {
+			g.connectBuffers()
+			g.rndis(netvsc.RNDISInitialize{RequestID: 0, MajorVersion: 1}.Marshal(nil))
+		}}, "request id 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newTGuest(t, tguestOpts{})
+			for _, s := range tc.steps {
+				s(g)
+			}
+			// A round trip the host answers after everything before it.
+			g.request(netvsc.NVSPInit{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
+			if g.violations(tc.kind) == 0 {
+				t.Errorf("no violation %q counted; have %v", tc.kind, g.h.Violations())
+			}
+		})
+	}
+}
+
+func TestNetVSPReceiveSectionSizeFromMTU(t *testing.T) {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{RecvSectionSize: RecvSectionFromMTU, MTU: 9000}})
+	g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
+	g.nvsp(netvsc.NVSPNDISConfig{MTU: 9014}.Marshal(nil), false)
+	g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g.connectBuffers()
+	if g.subSize != 256+9014+36 {
+		t.Errorf("sub-allocation %d, want openvmm's 256+MTU+36", g.subSize)
+	}
+	// An MTU outside 1514..9216 becomes 1514, as vmswitch does.
+	g2 := newTGuest(t, tguestOpts{nic: NICConfig{RecvSectionSize: RecvSectionFromMTU}})
+	g2.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
+	g2.nvsp(netvsc.NVSPNDISConfig{MTU: 60000}.Marshal(nil), false)
+	g2.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g2.connectBuffers()
+	if g2.subSize != 256+1514+36 {
+		t.Errorf("sub-allocation %d for an out-of-range MTU", g2.subSize)
+	}
+}
+
+func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 1, RecvBuffer: 1 << 20, SendBuffer: 1 << 20}})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.setFilter(netvsc.NDISPacketFilterDefault)
+	var mac [6]byte
+	copy(mac[:], g.nic.MAC())
+	// More frames than the partition has sub-allocations: without
+	// completions the host stops at the partition's end.
+	per := g.subCount - rxControlSections
+	if per >= DefaultNICQueueLen {
+		t.Fatalf("partition of %d sub-allocations: the test needs fewer than a queue", per)
+	}
+	frames := make([][]byte, DefaultNICQueueLen)
+	for i := range frames {
+		frames[i] = udpFrame(mac, [6]byte{2, 0, 0, 0, 0, 1}, uint16(1024+i%7), 64+i%200)
+		binary.BigEndian.PutUint32(frames[i][len(frames[i])-4:], uint32(i))
+	}
+	if n := g.nic.Deliver(frames[:DefaultNICQueueLen]); n != DefaultNICQueueLen {
+		t.Fatalf("queued %d", n)
+	}
+	var held []gpkt
+	got := 0
+	for got < int(per) {
+		p := g.data(0)
+		fs := g.frames(&p)
+		for _, f := range fs {
+			if !bytes.Equal(f.frame, frames[got]) {
+				t.Fatalf("frame %d differs", got)
+			}
+			if f.info.Has&netvsc.InfoChecksum == 0 || netvsc.RxChecksum(f.info.Checksum)&netvsc.RxChecksumUDPOK == 0 {
+				t.Fatalf("frame %d: checksum info %+v", got, f.info)
+			}
+			got++
+		}
+		held = append(held, p)
+	}
+	if got != int(per) {
+		t.Fatalf("host sent %d frames on %d sub-allocations", got, per)
+	}
+	// Nothing more until a completion.
+	if p, ok := g.read(0, 100*time.Millisecond); ok {
+		t.Fatalf("host sent %v (tid %d) with every sub-allocation outstanding", p.typ, p.tid)
+	}
+	if st := g.nic.Stats(); st.PerChannel != nil && len(st.PerChannel) > 0 && st.PerChannel[0].Unacked == 0 {
+		t.Errorf("no unacked packets counted: %+v", st.PerChannel)
+	}
+	seen := map[uint64]bool{}
+	for _, p := range held {
+		if seen[p.tid] {
+			t.Fatalf("tid %d twice in flight", p.tid)
+		}
+		seen[p.tid] = true
+		g.ack(&p)
+	}
+	rest := g.recvFrames(0, DefaultNICQueueLen-got)
+	for i, f := range rest {
+		if !bytes.Equal(f.frame, frames[got+i]) {
+			t.Fatalf("frame %d differs after completions", got+i)
+		}
+	}
+	g.noViolations()
+}
+
+func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.setFilter(netvsc.NDISPacketFilterDefault)
+	src := [6]byte{0x00, 0x15, 0x5d, 1, 2, 3}
+	dst := [6]byte{0x02, 0, 0, 0, 0, 9}
+	// Eight aggregated packets in one section, each padded to 8 bytes as
+	// DPDK does, each with DPDK's hash-value PPI (the queue id).
+	var sec []byte
+	var want [][]byte
+	for i := range 8 {
+		f := udpFrame(dst, src, uint16(2000+i), 60+i)
+		want = append(want, f)
+		var info netvsc.PacketInfo
+		info.SetHashValue(0)
+		m := rndisPacket(f, &info)
+		if i < 7 {
+			pad := (len(m) + 7) &^ 7
+			m = append(m, make([]byte, pad-len(m))...)
+			binary.LittleEndian.PutUint32(m[4:], uint32(pad))
+		}
+		sec = append(sec, m...)
+	}
+	if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, sec)); st != netvsc.NVSPStatSuccess {
+		t.Fatalf("section send: %v", st)
+	}
+	// A 3000-byte frame GPA-direct across pages.
+	big := udpFrame(dst, src, 3000, 1514)
+	want = append(want, big)
+	if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(big, nil))); st != netvsc.NVSPStatSuccess {
+		t.Fatalf("GPA send: %v", st)
+	}
+	got := g.port.wait(t, len(want))
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("frame %d at the port differs", i)
+		}
+	}
+	st := g.nic.Stats()
+	if st.TxPackets != uint64(len(want)) || st.TxGPASends != 1 || st.TxErrors != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	g.noViolations()
+}
+
+func TestNetVSPGPARangeOutsideGuestMemoryFailsTheSend(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	hdr := vmbus.GPAHeader(nil, 1)
+	hdr = vmbus.AppendGPARange(hdr, 100, 0, []uint64{uint64(len(g.mem)/4096) + 5})
+	tid := g.newTID()
+	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr,
+		netvsc.NVSPRNDISPacket{SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(nil))
+	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+		t.Errorf("status %v", st)
+	}
+	if g.violations("outside guest memory") == 0 {
+		t.Errorf("violations %v", g.h.Violations())
+	}
+}
+
+func TestNetVSPDropsInFrameVLANTagAndInsertsPPITag(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 4000, 64)
+	tagged := insertVLAN(nil, f, 0x2064)
+	// In-frame tag: dropped, the send still completes.
+	if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(tagged, nil))); st != netvsc.NVSPStatSuccess {
+		t.Errorf("status %v", st)
+	}
+	if g.violations("in-frame 802.1Q") != 1 || g.nic.Stats().TxDropped != 1 {
+		t.Errorf("violations %v stats %+v", g.h.Violations(), g.nic.Stats())
+	}
+	// The VLAN per-packet info: the host puts the tag into the frame.
+	var info netvsc.PacketInfo
+	info.SetVLAN(netvsc.VLANInfoFromTCI(0x2064))
+	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, &info)))
+	got := g.port.wait(t, 1)[0]
+	if !bytes.Equal(got, tagged) {
+		t.Errorf("tagged frame %x, want %x", got, tagged)
+	}
+	// And host to guest: the tag comes off the frame into the PPI.
+	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.nic.Deliver([][]byte{tagged})
+	rx := g.recvFrames(0, 1)[0]
+	if !bytes.Equal(rx.frame, f) || rx.info.Has&netvsc.InfoVLAN == 0 || rx.info.VLAN.TCI() != 0x2064 {
+		t.Errorf("received %x info %+v", rx.frame, rx.info)
+	}
+}
+
+// tcpFrame builds a TCP/IPv4 (or IPv6) frame with payload bytes of data.
+func tcpFrame(v6 bool, payload int) []byte {
+	var ip []byte
+	tcp := make([]byte, 20+payload)
+	be.PutUint16(tcp[0:], 40000)
+	be.PutUint16(tcp[2:], 80)
+	be.PutUint32(tcp[4:], 1000)
+	tcp[12] = 5 << 4
+	tcp[13] = 0x18 // PSH|ACK
+	for i := range payload {
+		tcp[20+i] = byte(i)
+	}
+	eth := []byte{2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 8, 0, 0}
+	if v6 {
+		be.PutUint16(eth[12:], ethTypeIPv6)
+		ip = make([]byte, 40)
+		ip[0] = 0x60
+		ip[6] = ipProtoTCP
+		ip[7] = 64
+		ip[23], ip[39] = 1, 2
+		ip[8], ip[24] = 0xfd, 0xfd
+		be.PutUint16(ip[4:], uint16(len(tcp)))
+	} else {
+		be.PutUint16(eth[12:], ethTypeIPv4)
+		ip = make([]byte, 20)
+		ip[0] = 0x45
+		be.PutUint16(ip[2:], uint16(20+len(tcp)))
+		be.PutUint16(ip[4:], 77)
+		ip[8], ip[9] = 64, ipProtoTCP
+		copy(ip[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
+	}
+	return slices.Concat(eth, ip, tcp)
+}
+
+func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	p := netvsc.OffloadParameters{Header: netvsc.OffloadParametersHeader(g.version), LSOv2IPv4: netvsc.NDISOffloadParametersEnabled, LSOv2IPv6: netvsc.NDISOffloadParametersEnabled}
+	if st := g.set(netvsc.OIDTCPOffloadParameters, p.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+		t.Fatalf("offload parameters: %v", st)
+	}
+	for _, v6 := range []bool{false, true} {
+		f := tcpFrame(v6, 5000)
+		l3 := 20
+		if v6 {
+			l3 = 40
+		}
+		var info netvsc.PacketInfo
+		mss := 1500 - l3 - 20
+		info.SetLSO(netvsc.NewLSOv2(mss, 14+l3, v6))
+		nseg := (5000 + mss - 1) / mss
+		before := g.port.count()
+		if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+			t.Fatalf("LSO send: %v", st)
+		}
+		segs := g.port.wait(t, before+nseg)[before:]
+		var payload []byte
+		for i, s := range segs {
+			fl := parseFlow(s)
+			if fl.l4 != ipProtoTCP || rxChecksum(s)&(netvsc.RxChecksumTCPFailed|netvsc.RxChecksumIPFailed) != 0 {
+				t.Fatalf("segment %d: bad headers or checksums", i)
+			}
+			if seq := be.Uint32(s[fl.l4off+4:]); seq != 1000+uint32(len(payload)) {
+				t.Fatalf("segment %d: seq %d", i, seq)
+			}
+			if psh := s[fl.l4off+13]&0x08 != 0; psh != (i == nseg-1) {
+				t.Fatalf("segment %d: PSH %v", i, psh)
+			}
+			payload = append(payload, s[fl.l4off+20:fl.l4end]...)
+		}
+		if !bytes.Equal(payload, f[14+l3+20:]) {
+			t.Fatalf("v6=%v: payload not reassembled", v6)
+		}
+	}
+	g.noViolations()
+	// Requests the host refuses: dropped and counted.
+	for _, tc := range []struct {
+		name string
+		lso  netvsc.LSOInfo
+		kind string
+	}{
+		{"mss 0", netvsc.NewLSOv2(0, 34, false), "MSS"},
+		{"wrong header offset", netvsc.NewLSOv2(1448, 30, false), "offset"},
+		{"IPv6 bit on IPv4", netvsc.NewLSOv2(1448, 34, true), "IPv6 bit"},
+	} {
+		var info netvsc.PacketInfo
+		info.SetLSO(tc.lso)
+		g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
+		if g.violations(tc.kind) == 0 {
+			t.Errorf("%s: no violation; have %v", tc.name, g.h.Violations())
+		}
+	}
+}
+
+func TestNetVSPLSOWithoutEnablingIsViolation(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	var info netvsc.PacketInfo
+	info.SetLSO(netvsc.NewLSOv2(1000, 34, false))
+	g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
+	if g.violations("without LSOv2 enabled") != 1 {
+		t.Errorf("violations %v", g.h.Violations())
+	}
+}
+
+// openSubchannels requests n sub-channels and maps the ones that open.
+func (g *tguest) openSubchannels(n uint32) netvsc.NVSPSubchannelComplete {
+	g.t.Helper()
+	var sc netvsc.NVSPSubchannelComplete
+	if err := sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: n}.Marshal(nil))); err != nil {
+		g.t.Fatal(err)
+	}
+	if sc.Status != netvsc.NVSPStatSuccess || sc.Count == 0 {
+		return sc
+	}
+	ctx, cancel := contextTimeout(tgWait)
+	defer cancel()
+	chs, err := g.hd.OpenSubchannels(ctx, int(sc.Count))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	slices.SortFunc(chs, func(a, b *vmbus.Channel) int { return int(a.SubchannelID()) - int(b.SubchannelID()) })
+	for _, c := range chs {
+		for len(g.chs) <= int(c.SubchannelID()) {
+			g.chs = append(g.chs, nil)
+		}
+		g.chs[c.SubchannelID()] = c
+	}
+	return sc
+}
+
+func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.setFilter(netvsc.NDISPacketFilterDefault)
+	if sc := g.openSubchannels(3); sc.Count != 3 || len(g.chs) != 4 {
+		t.Fatalf("granted %+v, open %d", sc, len(g.chs))
+	}
+	// The send indirection table follows once all are open.
+	p := g.next(0, func(p *gpkt) bool {
+		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg5TypeSendIndirectionTable
+	})
+	var tab netvsc.NVSPIndirectionTable
+	if err := tab.Unmarshal(p.payload()); err != nil || tab.Table[5] != 1 || tab.Table[7] != 3 {
+		t.Fatalf("table %+v %v", tab, err)
+	}
+	key := netvsc.MicrosoftRSSKey()
+	table := make([]uint32, 128)
+	for i := range table {
+		table[i] = uint32(i % 4)
+	}
+	hash := netvsc.NDISHashFunctionToeplitz | netvsc.NDISHashIPv4 | netvsc.NDISHashTCPIPv4 | netvsc.NDISHashUDPIPv4
+	dis := netvsc.RSSParameters{Flags: netvsc.NDISRSSParamFlagDisableRSS}
+	if st := g.set(netvsc.OIDGenReceiveScaleParameters, dis.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+		t.Fatalf("disable: %v", st)
+	}
+	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], table).Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+		t.Fatalf("enable: %v", st)
+	}
+	gen := NewGenerator(GeneratorConfig{Flows: 64, Count: 256})
+	mac := g.nic.MAC()
+	var frames [][]byte
+	for i := range 256 {
+		b := make([]byte, 64)
+		frames = append(frames, gen.genFrame(b, mac, i%64, uint64(i)))
+	}
+	g.nic.Deliver(frames)
+	perCh := map[int]int{}
+	got := 0
+	for got < 256 {
+		for ch := range g.chs {
+			if p, ok := g.read(ch, 10*time.Millisecond); ok {
+				if p.typ != vmbus.PacketTransferPage {
+					continue
+				}
+				for _, f := range g.frames(&p) {
+					if f.info.Has&(netvsc.InfoHashValue|netvsc.InfoHashInfo) != netvsc.InfoHashValue|netvsc.InfoHashInfo {
+						t.Fatalf("no hash PPIs: %+v", f.info)
+					}
+					fl := parseFlow(f.frame)
+					src, _ := netip.AddrFromSlice(fl.src)
+					dst, _ := netip.AddrFromSlice(fl.dst)
+					want := netvsc.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.l4off:]), be.Uint16(f.frame[fl.l4off+2:]), true)
+					if f.info.HashValue != want || int(table[want%128]) != ch {
+						t.Fatalf("hash %#x on channel %d, want %#x on %d", f.info.HashValue, ch, want, table[want%128])
+					}
+					if f.info.HashInfo != netvsc.NDISHashFunctionToeplitz|netvsc.NDISHashUDPIPv4 {
+						t.Fatalf("hash info %#x", f.info.HashInfo)
+					}
+					perCh[ch]++
+					got++
+				}
+				g.ack(&p)
+			}
+		}
+	}
+	if len(perCh) < 3 {
+		t.Errorf("64 flows landed on %d channels: %v", len(perCh), perCh)
+	}
+	// Changing RSS without disabling first is the guest's violation.
+	g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], table).Marshal(nil))
+	if g.violations("without disabling") != 1 {
+		t.Errorf("violations %v", g.h.Violations())
+	}
+	// A table naming a channel that was not granted, or UDP-only hashing:
+	// 0xC000000D, as an Azure host answered.
+	g.set(netvsc.OIDGenReceiveScaleParameters, dis.Marshal(nil))
+	bad := slices.Clone(table)
+	bad[3] = 9
+	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], bad).Marshal(nil)); st != netvsc.RNDISStatusInvalidParameter {
+		t.Errorf("entry beyond the channels: %v", st)
+	}
+	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(netvsc.NDISHashFunctionToeplitz|netvsc.NDISHashUDPIPv4, key[:], table).Marshal(nil)); st != netvsc.RNDISStatusInvalidParameter {
+		t.Errorf("UDP-only hash: %v", st)
+	}
+}
+
+func TestNetVSPSubchannelGrants(t *testing.T) {
+	t.Run("partial", func(t *testing.T) {
+		g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 3}})
+		g.handshake(netvsc.NVSPProtocolVersion61)
+		if sc := g.openSubchannels(7); sc.Status != netvsc.NVSPStatSuccess || sc.Count != 2 || len(g.chs) != 3 {
+			t.Errorf("grant %+v, open %d", sc, len(g.chs))
+		}
+		// A second request in the session fails.
+		var sc netvsc.NVSPSubchannelComplete
+		sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil)))
+		if sc.Status != netvsc.NVSPStatFail || g.violations("second SUBCHANNEL") != 1 {
+			t.Errorf("second request %+v; %v", sc, g.h.Violations())
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		g := newTGuest(t, tguestOpts{nic: NICConfig{FailSubchannels: true}})
+		g.handshake(netvsc.NVSPProtocolVersion61)
+		if sc := g.openSubchannels(3); sc.Status != netvsc.NVSPStatFail || sc.Count != 0 {
+			t.Errorf("grant %+v", sc)
+		}
+		g.noViolations()
+	})
+	t.Run("never opens", func(t *testing.T) {
+		g := newTGuest(t, tguestOpts{nic: NICConfig{NeverOpen: 1, SubchannelDelay: 5 * time.Millisecond}})
+		g.handshake(netvsc.NVSPProtocolVersion61)
+		var sc netvsc.NVSPSubchannelComplete
+		sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 2}.Marshal(nil)))
+		ctx, cancel := contextTimeout(300 * time.Millisecond)
+		defer cancel()
+		chs, _ := g.hd.OpenSubchannels(ctx, 2)
+		if sc.Count != 2 || len(chs) != 1 {
+			t.Errorf("granted %d, opened %d", sc.Count, len(chs))
+		}
+		ents, _ := os.ReadDir(filepath.Join(g.nic.Device().Path(), "channels"))
+		if len(ents) != 3 {
+			t.Errorf("%d channel directories, want 3 (one without a ring)", len(ents))
+		}
+	})
+}
+
+func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
+	const spacing = 60 * time.Millisecond
+	g := newTGuest(t, tguestOpts{nic: NICConfig{LinkSpacing: spacing}})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.setFilter(netvsc.NDISPacketFilterDefault)
+	var times []time.Time
+	var kinds []netvsc.RNDISStatus
+	next := func() {
+		for {
+			var m netvsc.RNDISIndicateStatus
+			if err := m.Unmarshal(g.control()); err == nil {
+				kinds = append(kinds, m.Status)
+				times = append(times, time.Now())
+				return
+			}
+		}
+	}
+	g.nic.SetLink(false)
+	g.nic.SetLink(true)
+	g.nic.SetLink(false)
+	next()
+	g.nic.SetLink(true)
+	next()
+	if kinds[0] != netvsc.RNDISStatusMediaDisconnect || kinds[1] != netvsc.RNDISStatusMediaConnect {
+		t.Errorf("indications %v", kinds)
+	}
+	if d := times[1].Sub(times[0]); d < spacing-5*time.Millisecond {
+		t.Errorf("indications %v apart, want at least %v", d, spacing)
+	}
+	if c := g.query(netvsc.OIDGenMediaConnectStatus, nil); binary.LittleEndian.Uint32(c.Info) != netvsc.NDISMediaStateConnected {
+		t.Errorf("link state after reconnect")
+	}
+	g.noViolations()
+}
+
+func TestNetVSPSlowControlRepliesArriveAfterTheDelay(t *testing.T) {
+	const delay = 80 * time.Millisecond
+	g := newTGuest(t, tguestOpts{nic: NICConfig{ControlDelay: delay}})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	start := time.Now()
+	g.query(netvsc.OIDGenLinkSpeed, nil)
+	if d := time.Since(start); d < delay {
+		t.Errorf("answer after %v, want at least %v", d, delay)
+	}
+}
+
+func TestNetVSPVFAssociationAndDataPathSwitch(t *testing.T) {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{VF: 7, VFDelay: 10 * time.Millisecond}})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	isVF := func(p *gpkt) bool {
+		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSendVFAssociation
+	}
+	p := g.next(0, isVF)
+	var a netvsc.NVSPVFAssociation
+	if err := a.Unmarshal(p.payload()); err != nil || a.Allocated != 1 || a.Serial != 7 {
+		t.Fatalf("VF association %+v %v", a, err)
+	}
+	// Linux >= 5.12 waits for an empty completion.
+	c := g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathVF}.Marshal(nil), true))
+	if len(c.payload()) != 0 || !g.nic.Stats().DataPathVF {
+		t.Errorf("switch completion %d bytes", len(c.payload()))
+	}
+	g.nic.SetVF(false)
+	sw := g.next(0, func(p *gpkt) bool {
+		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSwitchDataPath
+	})
+	var m netvsc.NVSPSwitchDataPath
+	if m.Unmarshal(sw.payload()); m.ActiveDataPath != netvsc.DataPathSynthetic || sw.tid != hostRequestTID|1 {
+		t.Errorf("host switch %+v tid %#x", m, sw.tid)
+	}
+	p = g.next(0, isVF)
+	if a.Unmarshal(p.payload()); a.Allocated != 0 {
+		t.Errorf("VF removal %+v", a)
+	}
+	g.noViolations()
+}
+
+func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{RingSize: 8 << 10, SubchannelRingSize: 8 << 10, MaxQueues: 1}})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	mac := [6]byte(g.nic.MAC())
+	var frames [][]byte
+	for range 600 {
+		frames = append(frames, udpFrame(mac, [6]byte{2}, 1111, 64))
+	}
+	g.nic.Deliver(frames)
+	// Read and acknowledge without ever signalling the host: the host
+	// blocks on its full ring with pending_send_sz set, misses the
+	// wake-up, and must find the space on its timeout.
+	c := g.chs[0]
+	got := 0
+	deadline := time.Now().Add(tgWait)
+	for got < 600 && time.Now().Before(deadline) {
+		p, err := c.Recv()
+		if err == vmbus.ErrRingEmpty {
+			c.In().Commit() // publish the read index; no signal
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Type == vmbus.PacketTransferPage {
+			got += p.RangeCount()
+			c.Out().Write(vmbus.PacketCompletion, 0, p.TransID, nil, netvsc.NVSPRNDISComplete{Status: netvsc.NVSPStatSuccess}.Marshal(nil))
+			c.Out().Commit() // no signal either; the host finds it on its timeout
+		}
+	}
+	if got != 600 {
+		t.Fatalf("guest got %d frames", got)
+	}
+	if g.nic.Stats().MissedWakeups == 0 {
+		t.Errorf("no missed wake-up counted")
+	}
+}
+
+func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.nic.Deliver([][]byte{udpFrame([6]byte{}, [6]byte{2}, 1, 64)})
+	g.data(0) // read, never acked
+	g.close()
+	st := g.nic.Stats()
+	if len(st.PerChannel) == 0 || st.PerChannel[0].UnackedAtClose != 1 {
+		t.Errorf("per channel %+v", st.PerChannel)
+	}
+}
+
+func TestNetVSPReopenStartsAFreshSession(t *testing.T) {
+	g := newTGuest(t, tguestOpts{})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.close()
+	g.backlog = nil
+	g.open(0)
+	g.handshake(netvsc.NVSPProtocolVersion6)
+	if st := g.nic.Stats(); st.Opens != 2 || st.NVSPVersion != netvsc.NVSPProtocolVersion6 {
+		t.Errorf("stats %+v", st)
+	}
+	g.noViolations()
+}
+
+func TestNetVSPProcMemoryModelReadsTheGuestProcess(t *testing.T) {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{Memory: GuestMemProc}})
+	g.handshake(netvsc.NVSPProtocolVersion61)
+	// The guest is this process: its page frame numbers are its virtual
+	// pages.
+	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 5000, 900)
+	msg := rndisPacket(f, nil)
+	buf := make([]byte, 3*4096)
+	addr := uintptrOf(buf)
+	pfn, off := uint64(addr/4096), uint32(addr%4096)
+	copy(buf, msg)
+	hdr := vmbus.GPAHeader(nil, 1)
+	hdr = vmbus.AppendGPARange(hdr, uint32(len(msg)), off, []uint64{pfn, pfn + 1}[:int((uint64(off)+uint64(len(msg))+4095)/4096)])
+	tid := g.newTID()
+	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr, netvsc.NVSPRNDISPacket{SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(nil))
+	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatSuccess {
+		t.Fatalf("status %v", st)
+	}
+	if got := g.port.wait(t, 1)[0]; !bytes.Equal(got, f) {
+		t.Errorf("frame read through /proc/pid/mem differs")
+	}
+	g.noViolations()
+}
+
+func TestNICInstanceFollowsMACAsOnAzure(t *testing.T) {
+	c := NICConfig{MAC: net.HardwareAddr{0x00, 0x0d, 0x3a, 0x31, 0xb5, 0x38}}
+	if err := c.fill(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Instance.String(); got != "000d3a31-b538-000d-3a31-b538000d3a31" {
+		t.Errorf("instance %s", got)
+	}
+}
+
+func TestNICFaultNamesRoundTrip(t *testing.T) {
+	for _, f := range AllNICFaults() {
+		g, err := ParseNICFault(f.String())
+		if err != nil || g != f || strings.HasPrefix(f.String(), "nicfault(") {
+			t.Errorf("%v: %v %v", f, g, err)
+		}
+	}
+	if _, err := ParseNICFault("nope"); err == nil {
+		t.Error("unknown name parsed")
+	}
+}

@@ -1,0 +1,338 @@
+package sim
+
+// Guest to host: NVSP SEND_RNDIS_PKT in one of three forms (netvsc.md §2.7)
+//
+//	inband + send section   the RNDIS bytes are [index*section, +size) of the send buffer
+//	GPA-direct              the RNDIS bytes are the GPA ranges, in order
+//	GPA-direct + section    the section's bytes, then the ranges (Linux cp_partial)
+//
+// The host copies the bytes out of guest memory, walks the RNDIS messages
+// by MessageLength (a control message on the primary; up to 8 PACKET
+// messages, each but the last padded to 8 bytes), checks each frame as the
+// real host does (no in-frame 802.1Q tag, LSOv2 headers and MSS, the MTU),
+// does the offloads (checksums, segmentation, the VLAN tag from its
+// per-packet info) and forwards the frames to the port. Every send with a
+// completion requested is completed on its channel: SUCCESS, or FAIL for a
+// malformed one, which never tears the channel down (openvmm PR #1646).
+
+import (
+	"slices"
+
+	"vmbusd/netvsc"
+	"vmbusd/vmbus"
+)
+
+// maxPacketsPerMessage is the max_pkts_per_msg the host announces in
+// INITIALIZE_CMPLT, and alignFactor its packet alignment (8 bytes), as
+// openvmm (netvsc.md §3.2).
+const (
+	maxPacketsPerMessage = 8
+	alignFactor          = 3
+	maxTransferSize      = 0xEFFFFFFF
+)
+
+// txBatch holds the frames one pass forwards, in one slab, each with 4
+// bytes of headroom for a VLAN tag. Reused; owned by one channel's loop;
+// make it with newTxBatch.
+type txBatch struct {
+	slab   []byte
+	used   int
+	frames [][]byte
+	starts []int // slab offset of each frame's headroom
+}
+
+const txSlab = 512 << 10
+
+func newTxBatch() txBatch {
+	return txBatch{slab: make([]byte, txSlab), frames: make([][]byte, 0, 1024), starts: make([]int, 0, 1024)}
+}
+
+// alloc returns room for an n-byte untagged frame, or nil when the batch
+// is full.
+func (b *txBatch) alloc(n int) []byte {
+	if b.used+n+vlanTagLen > len(b.slab) || len(b.frames) == cap(b.frames) {
+		return nil
+	}
+	p := b.used
+	b.used += n + vlanTagLen
+	b.used = (b.used + 7) &^ 7
+	f := b.slab[p+vlanTagLen : p+vlanTagLen+n]
+	b.frames = append(b.frames, f)
+	b.starts = append(b.starts, p)
+	return f
+}
+
+// room reports whether n more bytes in k more frames fit.
+func (b *txBatch) room(n, k int) bool {
+	return b.used+n <= len(b.slab) && len(b.frames)+k <= cap(b.frames)
+}
+
+// tag inserts an 802.1Q tag into frame i using its headroom.
+func (b *txBatch) tag(i int, tci uint16) {
+	p := b.starts[i]
+	f := b.frames[i]
+	t := b.slab[p : p+len(f)+vlanTagLen]
+	copy(t[0:12], f[0:12])
+	be.PutUint16(t[12:], ethTypeVLAN)
+	be.PutUint16(t[14:], tci)
+	b.frames[i] = t
+}
+
+func (b *txBatch) reset() {
+	b.used = 0
+	b.frames = b.frames[:0]
+	b.starts = b.starts[:0]
+}
+
+// flushTx forwards the batch to the port.
+func (ch *nicChan) flushTx() {
+	b := &ch.tx
+	if len(b.frames) == 0 {
+		return
+	}
+	var bytes uint64
+	for _, f := range b.frames {
+		bytes += uint64(len(f))
+	}
+	st := &ch.ss.n.st
+	st.txPackets.Add(uint64(len(b.frames)))
+	st.txBytes.Add(bytes)
+	ch.txPackets.Add(uint64(len(b.frames)))
+	ch.ss.n.transmit(b.frames)
+	b.reset()
+}
+
+// handleRNDIS serves one SEND_RNDIS_PKT from the guest.
+func (ch *nicChan) handleRNDIS(p *vmbus.Packet) error {
+	ss := ch.ss
+	st := &ss.n.st
+	cfg := ss.cfg.Load()
+	st.txSends.Add(1)
+	status := ch.rndisStatus(p, cfg)
+	if status != netvsc.NVSPStatSuccess {
+		st.txErrors.Add(1)
+	}
+	if !p.CompletionRequested() {
+		ss.violation("SEND_RNDIS_PKT without a completion requested")
+		return nil
+	}
+	if ss.n.faults.take(NICFaultTxFail) {
+		status = netvsc.NVSPStatFail
+	}
+	msg := padTo(netvsc.NVSPRNDISComplete{Status: status}.Marshal(ch.xmsg[:0]), ss.msgSize())
+	return ch.c.SendCompletion(p.TransID, msg)
+}
+
+// rndisStatus gathers a send's RNDIS bytes and handles them.
+func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) netvsc.NVSPStatus {
+	ss := ch.ss
+	st := &ss.n.st
+	var m netvsc.NVSPRNDISPacket
+	if err := m.Unmarshal(p.Payload()); err != nil {
+		ss.violation("malformed SEND_RNDIS_PKT")
+		return netvsc.NVSPStatFail
+	}
+	if !cfg.recvReady {
+		ss.violation("RNDIS message before the receive buffer")
+		return netvsc.NVSPStatFail
+	}
+	b := ch.rndis[:0]
+	if m.SectionIndex != netvsc.NVSChimIdxInvalid {
+		if !cfg.sendReady {
+			ss.violation("send section used without a send buffer")
+			return netvsc.NVSPStatFail
+		}
+		off, n, _, err := m.Section(cfg.sendSecSize, cfg.sendSecCount)
+		if err != nil {
+			ss.violation("bad send section: " + kindOf(err))
+			return netvsc.NVSPStatFail
+		}
+		b = append(b, ss.send[off:off+n]...)
+		st.txSectionSends.Add(1)
+	}
+	switch p.Type {
+	case vmbus.PacketGPADirect:
+		var ok bool
+		if b, ok = ch.readGPA(p, b); !ok {
+			return netvsc.NVSPStatFail
+		}
+		st.txGPA.Add(1)
+	case vmbus.PacketInband:
+		if m.SectionIndex == netvsc.NVSChimIdxInvalid {
+			ss.violation("SEND_RNDIS_PKT without a send section or GPA ranges")
+			return netvsc.NVSPStatFail
+		}
+	}
+	ch.rndis = b[:0]
+	t, err := netvsc.RNDISMessageType(b)
+	if err != nil {
+		ss.violation("SEND_RNDIS_PKT with no RNDIS message")
+		return netvsc.NVSPStatFail
+	}
+	if t != netvsc.RNDISMsgPacket {
+		if ch.idx != 0 {
+			ss.violation("RNDIS control message on a sub-channel")
+			return netvsc.NVSPStatFail
+		}
+		return ss.handleRNDISControl(ch, b)
+	}
+	return ch.handleData(b, cfg)
+}
+
+// readGPA appends the bytes of a GPA-direct packet's ranges to b.
+func (ch *nicChan) readGPA(p *vmbus.Packet, b []byte) ([]byte, bool) {
+	ss := ch.ss
+	if ss.mem == nil {
+		ss.violation("GPA-direct send with no guest memory to read")
+		return b, false
+	}
+	it := p.GPARanges()
+	for {
+		r, ok := it.Next()
+		if !ok {
+			return b, true
+		}
+		left := int(r.Count)
+		off := r.Offset
+		for i := 0; i < r.Pages() && left > 0; i++ {
+			n := min(left, vmbus.HyperVPageSize-int(off))
+			if len(b)+n > maxGPASend {
+				ss.violation("GPA-direct send larger than the host accepts")
+				return b, false
+			}
+			b = slices.Grow(b, n)[:len(b)+n]
+			if err := ss.mem.readPage(b[len(b)-n:], r.PFN(i), off); err != nil {
+				ss.violation("GPA-direct range outside guest memory")
+				return b, false
+			}
+			left -= n
+			off = 0
+		}
+	}
+}
+
+// maxGPASend bounds one GPA-direct send's bytes: an LSO frame of the
+// host's maximum plus its headers and RNDIS header.
+const maxGPASend = 128 << 10
+
+// handleData walks the PACKET messages of a send.
+func (ch *nicChan) handleData(b []byte, cfg *sessCfg) netvsc.NVSPStatus {
+	ss := ch.ss
+	if !cfg.rndisReady {
+		if cfg.stopped {
+			ss.violation("data sent after RNDIS HALT")
+		} else {
+			ss.violation("data sent before RNDIS INITIALIZE completed")
+		}
+		return netvsc.NVSPStatFail
+	}
+	status := netvsc.NVSPStatSuccess
+	for count := 0; len(b) > 0; count++ {
+		t, ml, err := netvsc.ParseRNDISHeader(b)
+		if err != nil {
+			ss.violation("bad RNDIS message length in a send")
+			return netvsc.NVSPStatFail
+		}
+		if t != netvsc.RNDISMsgPacket {
+			ss.violation("RNDIS " + t.String() + " after a PACKET_MSG in one send")
+			return netvsc.NVSPStatFail
+		}
+		if count == maxPacketsPerMessage {
+			ss.violation("more PACKET_MSGs in one send than max_pkts_per_msg")
+		}
+		if ml < len(b) && ml%(1<<alignFactor) != 0 {
+			ss.violation("aggregated PACKET_MSG not padded to the packet alignment")
+		}
+		pkt, err := netvsc.ParseRNDISPacket(b[:ml])
+		if err == nil {
+			err = pkt.Unsupported()
+		}
+		if err != nil {
+			ss.violation("malformed PACKET_MSG: " + kindOf(err))
+			status = netvsc.NVSPStatFail
+		} else if !ch.txFrame(&pkt, cfg) {
+			status = netvsc.NVSPStatFail
+		}
+		b = b[ml:]
+	}
+	return status
+}
+
+// txFrame checks one frame of the guest's, does its offloads and adds it
+// (or its segments) to the batch. A frame the host refuses is dropped
+// silently, as Hyper-V drops it (the send still completes with SUCCESS);
+// only malformed per-packet info fails the send (false).
+func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
+	ss := ch.ss
+	st := &ss.n.st
+	drop := func(what string) bool {
+		ss.violation(what)
+		st.txDropped.Add(1)
+		return true
+	}
+	info, err := pkt.Info()
+	if err != nil {
+		drop("bad per-packet info in a send: " + kindOf(err))
+		return false
+	}
+	f := pkt.Frame
+	if len(f) < ethHeaderLen {
+		return drop("frame shorter than an Ethernet header")
+	}
+	if _, tagged := frameTagged(f); tagged {
+		// "If it sees a VLAN in the frame the packet is dropped" (netvsc.md §2.7).
+		return drop("frame with an in-frame 802.1Q tag (the host drops it)")
+	}
+	first := len(ch.tx.frames)
+	if info.Has&netvsc.InfoLSO != 0 {
+		fl, err := checkLSO(f, info.LSO, netvsc.HostLSOv2MaxSize)
+		if err != nil {
+			return drop("bad LSO request: " + err.Error())
+		}
+		if (fl.v6 && !cfg.lso6) || (!fl.v6 && !cfg.lso4) {
+			ss.violation("LSO send without LSOv2 enabled in the offload parameters")
+		}
+		if fl.l4off+int(f[fl.l4off+12]>>4)*4+info.LSO.MSS() > cfg.mtu {
+			return drop("LSO MSS larger than the MTU allows")
+		}
+		hdr := fl.l4off + int(f[fl.l4off+12]>>4)*4
+		segs := (fl.l4end - hdr + info.LSO.MSS() - 1) / info.LSO.MSS()
+		if !ch.tx.room(fl.l4end-hdr+segs*(hdr+vlanTagLen+8), segs) {
+			ch.flushTx()
+			first = 0
+		}
+		segmentLSO(f, fl, info.LSO.MSS(), ch.tx.alloc)
+	} else {
+		if len(f) > cfg.mtu {
+			return drop("frame larger than the MTU")
+		}
+		o := ch.tx.alloc(len(f))
+		if o == nil {
+			ch.flushTx()
+			first = 0
+			o = ch.tx.alloc(len(f))
+		}
+		copy(o, f)
+		if info.Has&netvsc.InfoChecksum != 0 {
+			if err := applyTxChecksum(o, netvsc.TxChecksum(info.Checksum)); err != nil {
+				ch.tx.frames = ch.tx.frames[:len(ch.tx.frames)-1]
+				ch.tx.starts = ch.tx.starts[:len(ch.tx.starts)-1]
+				return drop("bad checksum offload request: " + err.Error())
+			}
+		}
+	}
+	if info.Has&netvsc.InfoVLAN != 0 {
+		for i := first; i < len(ch.tx.frames); i++ {
+			ch.tx.tag(i, info.VLAN.TCI())
+		}
+	}
+	return true
+}
+
+// kindOf names a netvsc protocol error's check, for violation kinds.
+func kindOf(err error) string {
+	if pe, ok := netvsc.IsProtocolError(err); ok {
+		return pe.Kind.String()
+	}
+	return err.Error()
+}

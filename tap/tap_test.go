@@ -1,0 +1,173 @@
+package tap
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"vmbusd/netvsc"
+)
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("needs /dev/net/tun")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip(8)")
+	}
+}
+
+func linkIn(t *testing.T, ns, name string) (netlink.Link, error) {
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nh.Close()
+	return nh.LinkByName(name)
+}
+
+func TestCreateInNetnsCarrierAndDelete(t *testing.T) {
+	needRoot(t)
+	ns := fmt.Sprintf("vmbt%d", os.Getpid()%100000)
+	exec.Command("ip", "netns", "del", ns).Run()
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Skipf("ip netns add: %v %s", err, out)
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	mac := net.HardwareAddr{0x00, 0x15, 0x5d, 1, 2, 3}
+	d, err := Create(Config{Name: "vmbt%d", Queues: 2, MAC: mac, MTU: 4000, Netns: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if len(d.Queues()) != 2 {
+		t.Fatalf("%d queues", len(d.Queues()))
+	}
+	l, err := linkIn(t, ns, d.Name())
+	if err != nil {
+		t.Fatalf("%s not in %s: %v", d.Name(), ns, err)
+	}
+	if l.Attrs().MTU != 4000 || l.Attrs().HardwareAddr.String() != mac.String() {
+		t.Errorf("mtu %d mac %s", l.Attrs().MTU, l.Attrs().HardwareAddr)
+	}
+	for _, up := range []bool{false, true, false} {
+		if err := d.SetCarrier(up); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := linkIn(t, ns, d.Name())
+		if got := l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0; got != up {
+			t.Errorf("carrier %v, want %v", got, up)
+		}
+	}
+	if _, err := netlink.LinkByName(d.Name()); err == nil {
+		t.Errorf("%s also visible in the current namespace", d.Name())
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := linkIn(t, ns, d.Name()); err == nil {
+		t.Errorf("%s survived Close", d.Name())
+	}
+}
+
+// TestQueuesMoveFramesBothWays writes frames into the TAP from the kernel
+// side (a packet socket) and through TxBurst, checking both arrive.
+func TestQueuesMoveFramesBothWays(t *testing.T) {
+	needRoot(t)
+	d, err := Create(Config{Name: "vmbq%d", Queues: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pool, err := netvsc.NewPool(64, 2048, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := d.Queues()[0]
+	q.SetPool(pool)
+	l, err := netlink.LinkByName(d.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A packet socket on the interface sees what TxBurst hands the kernel
+	// and can send frames out of it (which the TAP queue then reads).
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
+		t.Fatal(err)
+	}
+	frame := make([]byte, 100)
+	copy(frame, []byte{0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x88, 0xb5})
+	frame[20] = 0xab
+	if err := unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pkts := make([]*netvsc.Packet, 8)
+	for found := false; !found; {
+		if err := q.Wait(ctx); err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		got := q.RxBurst(pkts)
+		for _, p := range pkts[:got] {
+			// The kernel sends its own frames too (IPv6 MLD, ...).
+			if d := p.Data(); len(d) == 100 && d[12] == 0x88 && d[13] == 0xb5 && d[20] == 0xab {
+				found = true
+			}
+		}
+		netvsc.PutBurst(pkts[:got])
+	}
+	p := pool.Get()
+	copy(p.SetLen(100), frame)
+	if q.TxBurst([]*netvsc.Packet{p}) != 1 || q.TxFrames.Load() != 1 {
+		t.Errorf("TxBurst: frames %d drops %d", q.TxFrames.Load(), q.TxDrops.Load())
+	}
+	if pool.Available() != pool.Size() {
+		t.Errorf("pool leaked: %d of %d free", pool.Available(), pool.Size())
+	}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func TestFlowHashIsPerFlow(t *testing.T) {
+	a := make([]byte, 60)
+	a[12], a[13], a[14], a[23] = 0x08, 0x00, 0x45, 6
+	copy(a[26:], []byte{10, 0, 0, 1, 10, 0, 0, 2, 0x12, 0x34, 0x00, 0x50})
+	b := append([]byte(nil), a...)
+	b[35]++ // another source port
+	if flowHash(a) != flowHash(append([]byte(nil), a...)) || flowHash(a) == flowHash(b) {
+		t.Errorf("hash not per flow")
+	}
+	// Even source ports only (Linux's connect()) must still spread.
+	var used [2]int
+	for port := 40000; port < 40064; port += 2 {
+		b[34], b[35] = byte(port>>8), byte(port)
+		used[flowHash(b)%16%2]++
+	}
+	if used[0] == 0 || used[1] == 0 {
+		t.Errorf("even ports all land on one of two queues: %v", used)
+	}
+	if testing.AllocsPerRun(100, func() { flowHash(a) }) != 0 {
+		t.Errorf("flowHash allocates")
+	}
+}
