@@ -128,8 +128,26 @@ func (l *credListener) Accept() (net.Conn, error) {
 			return c, nil
 		}
 		l.s.log.Warn("control connection refused", "uid", uid, "pid", pid, "err", err)
-		io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-		c.Close()
+		go refuse(c)
+	}
+}
+
+// refuse answers 403 and closes. It reads what the client sent first, so
+// closing does not reset the connection before the client has read the
+// answer.
+func refuse(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	var buf [4096]byte
+	c.Read(buf[:])
+	io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	if uc, ok := c.(*net.UnixConn); ok {
+		uc.CloseWrite()
+	}
+	for {
+		if _, err := c.Read(buf[:]); err != nil {
+			return
+		}
 	}
 }
 
