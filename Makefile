@@ -8,7 +8,7 @@ TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools /work/shared/tools)
 OUT      ?= $(abspath out)
 FUZZTIME ?= 10s
 
-.PHONY: all build vet test unit fuzz interop bench clean
+.PHONY: all build vet test unit fuzz interop dpdk-guest bench clean
 
 all: build
 
@@ -35,7 +35,13 @@ $(OUT)/ringpeer:
 	@test -n "$(TOOLS)" || { echo "ringpeer sources not found: set TOOLS=/path/to/shared/tools"; exit 1; }
 	$(TOOLS)/ringpeer/build.sh $(OUT)
 
-test: vet unit fuzz interop
+# DPDK's unmodified netvsc PMD (Debian's dpdk-testpmd) against `vmbusd sim`:
+# every run must PASS with zero guest violations (needs root; installs dpdk).
+dpdk-guest:
+	@test -n "$(TOOLS)" || { echo "dpdk-guest sources not found: set TOOLS=/path/to/shared/tools"; exit 1; }
+	DPDK_GUEST=$(TOOLS)/dpdk-guest ./.ci/dpdk-guest 8
+
+test: vet unit fuzz interop dpdk-guest
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
