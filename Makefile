@@ -4,7 +4,7 @@
 GO       ?= go
 # Helper programs for interop tests (DPDK's ring code, DPDK's netvsc PMD).
 # Found beside the repository (../shared/tools) or set TOOLS=DIR.
-TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools /work/shared/tools)))
+TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools)))
 OUT      ?= $(abspath out)
 FUZZTIME ?= 10s
 

@@ -2,9 +2,10 @@
 // messages that ride VMBus packets, the RNDIS messages carried inside them
 // (control messages and PACKET messages with their per-packet info), the
 // NDIS objects exchanged through OIDs, and the Toeplitz hash both ends of an
-// RSS link agree on. Later it also holds the guest NIC driver (handshake,
-// receive via transfer pages, transmit via send-buffer sections,
-// multi-queue, offloads, link state, VF association, counters).
+// RSS link agree on; and the guest NIC driver built on them (nic.go and
+// friends: handshake, receive via transfer pages, transmit via send-buffer
+// sections or GPA-direct, multi-queue with RSS, offloads, link state, VF
+// association, hybrid polling, counters; see README.md).
 //
 // It knows nothing of TAP devices, netlink or Prometheus: cmd/vmbusd attaches
 // the NIC to the host network stack and exports its counters.
@@ -12,8 +13,8 @@
 // The wire-format half (nvsp.go, rndis.go, ppi.go, oid.go) is shared by the
 // guest driver and by sim/'s NetVSP, so every message can be both encoded
 // and decoded: the guest encodes requests and decodes responses, the host
-// the reverse. Facts and offsets come from /work/shared/reference/netvsc.md,
-// cited as "netvsc.md §N".
+// the reverse. Facts and offsets come from the project's protocol reference
+// (reference/netvsc.md), cited as "netvsc.md §N".
 //
 // Conventions:
 //

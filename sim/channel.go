@@ -2,6 +2,7 @@ package sim
 
 import (
 	"os"
+	"sync/atomic"
 
 	"vmbusd/vmbus"
 )
@@ -20,6 +21,8 @@ type Channel struct {
 	mem   []byte   // whole ring mapping: guest-to-host ring, then host-to-guest
 	split int      // where the host-to-guest ring starts
 	file  *os.File // a sub-channel's ring file
+
+	poisoned atomic.Bool // the corrupt-write-index fault fired
 	// wake gets a token for every guest signal, for services that wait
 	// on more than the ring (netvsp.go).
 	wake chan struct{}
@@ -66,7 +69,16 @@ func (c *Channel) guestSignal() {
 func (c *Channel) wakeCh() <-chan struct{} { return c.wake }
 
 // Flush publishes what the host wrote, after applying any pending fault.
+// Once the corrupt-write-index fault has fired the host end is broken for
+// good: it publishes nothing more, so the bad index stays for the guest
+// to find.
 func (c *Channel) Flush() error {
+	if c.poisoned.Load() {
+		return nil
+	}
 	c.sess.dev.faults.inject(c)
+	if c.poisoned.Load() {
+		return nil
+	}
 	return c.Channel.Flush()
 }

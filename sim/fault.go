@@ -197,6 +197,7 @@ func (f *Faults) inject(c *Channel) {
 			return
 		}
 		atomic.StoreUint32(ringWord(c.mem[c.split:], 0), size+8)
+		c.poisoned.Store(true)
 		c.Signal()
 		return
 	}

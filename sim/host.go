@@ -98,6 +98,7 @@ func New(cfg Config) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Profile = cfg.Profile.orDefault()
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
 		return nil, err

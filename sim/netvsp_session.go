@@ -689,7 +689,9 @@ func (ss *nicSession) writeTable(ch *nicChan, channels int) {
 	for i := range t.Table {
 		t.Table[i] = uint32(i % channels)
 	}
-	b := t.Marshal(ss.nvBuf[:0])
+	// Its own buffer: the table may precede a completion built in nvBuf.
+	var buf [128]byte
+	b := t.Marshal(buf[:0])
 	if ss.n.faults.take(NICFaultBadIndirectionTable) {
 		le32put(b[4:], netvsc.VRSSSendTabSize-1)
 	}

@@ -10,7 +10,8 @@ import (
 // the methods below answer one question each so that the host logic never
 // compares profiles directly.
 //
-// The zero value is ProfileLegacy. Profile is a plain value, safe to copy
+// The zero value means "the default" (DefaultProfile, the newest): Config
+// and the command line resolve it. Profile is a plain value, safe to copy
 // and to use from any goroutine.
 type Profile int
 
@@ -19,7 +20,7 @@ const (
 	// needs a monitored channel, the kernel masks the inbound ring on
 	// every interrupt, and write(1) only unmasks the primary (no host
 	// signal).
-	ProfileLegacy Profile = iota
+	ProfileLegacy Profile = iota + 1
 	// Profile6_10 is 6.10 up to "Set event for all channels" ("V-mid"):
 	// write(1) also signals a non-monitored primary.
 	Profile6_10
@@ -53,14 +54,22 @@ func Profiles() []Profile {
 func ParseProfile(s string) (Profile, error) {
 	t := strings.TrimSpace(s)
 	for p, name := range profileNames {
-		if t == name {
+		if name != "" && t == name {
 			return Profile(p), nil
 		}
 	}
-	return 0, fmt.Errorf("sim: unknown kernel profile %q (valid: %s)", s, strings.Join(profileNames[:], ", "))
+	return 0, fmt.Errorf("sim: unknown kernel profile %q (valid: %s)", s, strings.Join(profileNames[ProfileLegacy:], ", "))
 }
 
-func (p Profile) valid() bool { return p >= 0 && int(p) < len(profileNames) }
+func (p Profile) valid() bool { return p >= ProfileLegacy && int(p) < len(profileNames) }
+
+// orDefault resolves the zero Profile to DefaultProfile.
+func (p Profile) orDefault() Profile {
+	if p == 0 {
+		return DefaultProfile
+	}
+	return p
+}
 
 // String returns the profile's name, as accepted by ParseProfile.
 func (p Profile) String() string {

@@ -13,19 +13,19 @@ import (
 // TCP super-frames up to 64 KiB (GSO), which the NIC's transmit path cuts
 // (netvsc segment.go) or hands to the host with LSOv2.
 const (
-	vnetHdrLen        = 10
-	vnetNeedsCsum     = 1 // VIRTIO_NET_HDR_F_NEEDS_CSUM
-	vnetDataValid     = 2 // VIRTIO_NET_HDR_F_DATA_VALID
-	vnetGSONone       = 0
-	vnetGSOTCPv4      = 1
-	vnetGSOTCPv6      = 4
-	vnetGSOECN        = 0x80
-	tunFCsum          = 0x01
-	tunFTSO4          = 0x02
-	tunFTSO6          = 0x04
-	gsoPoolFrame      = 65536 + 128
-	gsoPoolPackets    = 256
-	ethHeaderLen      = 14
+	vnetHdrLen     = 10
+	vnetNeedsCsum  = 1 // VIRTIO_NET_HDR_F_NEEDS_CSUM
+	vnetDataValid  = 2 // VIRTIO_NET_HDR_F_DATA_VALID
+	vnetGSONone    = 0
+	vnetGSOTCPv4   = 1
+	vnetGSOTCPv6   = 4
+	vnetGSOECN     = 0x80
+	tunFCsum       = 0x01
+	tunFTSO4       = 0x02
+	tunFTSO6       = 0x04
+	gsoPoolFrame   = 65536 + 128
+	gsoPoolPackets = 256
+	ethHeaderLen   = 14
 )
 
 // fromVnet turns a frame read with its virtio-net header into packet
