@@ -17,6 +17,13 @@ import (
 // burst it waits (dst.WaitTx) and retries, so backpressure reaches the
 // source; it never drops. It allocates only its burst slice.
 func Pump(ctx context.Context, src PacketSource, dst PacketSink, burst int, moved *atomic.Uint64) error {
+	return PumpObserved(ctx, src, dst, burst, moved, nil)
+}
+
+// PumpObserved is Pump with an observer that sees every burst after it is
+// read and before it is handed on (packet capture); observe must not keep
+// the packets. A nil observer costs nothing.
+func PumpObserved(ctx context.Context, src PacketSource, dst PacketSink, burst int, moved *atomic.Uint64, observe func([]*netvsc.Packet)) error {
 	pkts := make([]*netvsc.Packet, burst)
 	for {
 		n := src.RxBurst(pkts)
@@ -25,6 +32,9 @@ func Pump(ctx context.Context, src PacketSource, dst PacketSink, burst int, move
 				return err
 			}
 			continue
+		}
+		if observe != nil {
+			observe(pkts[:n])
 		}
 		sent := 0
 		for sent < n {
@@ -158,6 +168,10 @@ type Attachment struct {
 type AttachOptions struct {
 	Burst  int // frames per burst (0: 64)
 	Logger *slog.Logger
+	// Observe, when set, sees every burst: toTAP says the direction (NIC to
+	// TAP: received by the guest), queue is the NIC queue it came from or
+	// -1 for frames read from the TAP. It must not keep the packets.
+	Observe func(toTAP bool, queue int, pkts []*netvsc.Packet)
 }
 
 // Attach starts forwarding. NIC queue i goes to TAP queue i mod the TAP's
@@ -177,9 +191,16 @@ func Attach(nic *netvsc.NIC, dev *Device, opt AttachOptions) (*Attachment, error
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Attachment{nic: nic, dev: dev, log: opt.Logger.With("tap", dev.Name()), cancel: cancel, done: make(chan struct{})}
+	observer := func(toTAP bool, queue int) func([]*netvsc.Packet) {
+		if opt.Observe == nil {
+			return nil
+		}
+		return func(p []*netvsc.Packet) { opt.Observe(toTAP, queue, p) }
+	}
 	for i, q := range nqs {
 		t := tqs[i%len(tqs)]
-		a.run(ctx, "nic-to-tap", func() error { return Pump(ctx, q, t, opt.Burst, &a.ToTAP) })
+		obs := observer(true, i)
+		a.run(ctx, "nic-to-tap", func() error { return PumpObserved(ctx, q, t, opt.Burst, &a.ToTAP, obs) })
 	}
 	for _, t := range tqs {
 		t.f.SetReadDeadline(time.Time{})
@@ -196,7 +217,8 @@ func Attach(nic *netvsc.NIC, dev *Device, opt AttachOptions) (*Attachment, error
 		}
 		t.SetPool(pool)
 		sink := &SteeredSink{NIC: nic}
-		a.run(ctx, "tap-to-nic", func() error { return Pump(ctx, t, sink, opt.Burst, &a.FromTAP) })
+		obs := observer(false, -1)
+		a.run(ctx, "tap-to-nic", func() error { return PumpObserved(ctx, t, sink, opt.Burst, &a.FromTAP, obs) })
 	}
 	a.run(ctx, "carrier", func() error { return a.runCarrier(ctx) })
 	go func() {
