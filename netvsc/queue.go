@@ -459,8 +459,10 @@ func (q *Queue) Wait(ctx context.Context) error {
 	if q.rxReady() {
 		return nil
 	}
+	start := nanotime()
 	switch q.s.cfg.Mode {
 	case Poll:
+		defer func() { q.c.pollNanos.v.Add(uint64(nanotime() - start)) }()
 		for i := 1; ; i++ {
 			if q.rxReady() {
 				return nil
@@ -487,6 +489,7 @@ func (q *Queue) Wait(ctx context.Context) error {
 		for i := 1; nanotime()-q.lastRx.Load() < budget; i++ {
 			if q.rxReady() {
 				q.c.rxPolls.inc()
+				q.c.pollNanos.v.Add(uint64(nanotime() - start))
 				return nil
 			}
 			if i%64 == 0 {
@@ -496,7 +499,11 @@ func (q *Queue) Wait(ctx context.Context) error {
 			}
 		}
 	}
-	return q.sleep(ctx, 0)
+	slept := nanotime()
+	q.c.pollNanos.v.Add(uint64(slept - start))
+	err := q.sleep(ctx, 0)
+	q.c.sleepNanos.v.Add(uint64(nanotime() - slept))
+	return err
 }
 
 // sleep is the blocking half of Wait (role 0) and WaitTx (role 1): under

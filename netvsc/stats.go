@@ -48,6 +48,9 @@ type queueCounters struct {
 	txSections  ctr // NVSP sends of send-buffer sections
 	txVLANMoved ctr // in-frame 802.1Q tags moved into the per-packet info
 	stopQueue   ctr // TX found no resources
+	// Time Wait spent polling and asleep on the interrupt fd (atomic adds:
+	// Wait may run beside TxBurst's WaitTx).
+	pollNanos, sleepNanos ctr
 }
 
 // QueueStats is a snapshot of one queue's counters.
@@ -62,6 +65,9 @@ type QueueStats struct {
 	TxCompletions, TxFailed, RxXfers       uint64
 	RxCompSent, RxPPIErrors, TxVLANMoved   uint64
 	StopQueue                              uint64
+	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
+	// asleep on the interrupt fd (hybrid: both; poll: only the first).
+	PollSeconds, SleepSeconds float64
 	// Ring-level counters of the queue's channel.
 	Channel vmbus.ChannelStats
 }
@@ -78,8 +84,9 @@ func (q *Queue) stats() QueueStats {
 		TxSegmented: c.txSegmented.load(), TxSegments: c.txSegments.load(), TxSections: c.txSections.load(),
 		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
-		StopQueue: c.stopQueue.load(),
-		Channel:   q.ch.Stats(),
+		StopQueue:   c.stopQueue.load(),
+		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
+		Channel: q.ch.Stats(),
 	}
 }
 

@@ -77,9 +77,9 @@ func (s *SteeredSink) TxBurst(pkts []*netvsc.Packet) int {
 	// retried after WaitTx).
 	done := 0
 	for done < len(pkts) {
-		q := s.NIC.TxQueue(flowHash(pkts[done].Data()))
+		q := s.NIC.TxQueue(FlowHash(pkts[done].Data()))
 		end := done + 1
-		for end < len(pkts) && s.NIC.TxQueue(flowHash(pkts[end].Data())) == q {
+		for end < len(pkts) && s.NIC.TxQueue(FlowHash(pkts[end].Data())) == q {
 			end++
 		}
 		k := q.TxBurst(pkts[done:end])
@@ -101,10 +101,10 @@ func (s *SteeredSink) WaitTx(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// flowHash is a cheap hash of an IP frame's addresses and ports (FNV-1a
+// FlowHash is a cheap hash of an IP frame's addresses and ports (FNV-1a
 // with a finaliser),
 // consistent per flow; other frames hash to 0.
-func flowHash(f []byte) uint32 {
+func FlowHash(f []byte) uint32 {
 	if len(f) < 14 {
 		return 0
 	}

@@ -155,19 +155,19 @@ func TestFlowHashIsPerFlow(t *testing.T) {
 	copy(a[26:], []byte{10, 0, 0, 1, 10, 0, 0, 2, 0x12, 0x34, 0x00, 0x50})
 	b := append([]byte(nil), a...)
 	b[35]++ // another source port
-	if flowHash(a) != flowHash(append([]byte(nil), a...)) || flowHash(a) == flowHash(b) {
+	if FlowHash(a) != FlowHash(append([]byte(nil), a...)) || FlowHash(a) == FlowHash(b) {
 		t.Errorf("hash not per flow")
 	}
 	// Even source ports only (Linux's connect()) must still spread.
 	var used [2]int
 	for port := 40000; port < 40064; port += 2 {
 		b[34], b[35] = byte(port>>8), byte(port)
-		used[flowHash(b)%16%2]++
+		used[FlowHash(b)%16%2]++
 	}
 	if used[0] == 0 || used[1] == 0 {
 		t.Errorf("even ports all land on one of two queues: %v", used)
 	}
-	if testing.AllocsPerRun(100, func() { flowHash(a) }) != 0 {
+	if testing.AllocsPerRun(100, func() { FlowHash(a) }) != 0 {
 		t.Errorf("flowHash allocates")
 	}
 }

@@ -160,7 +160,9 @@ func Bind(ctx context.Context, root, nameOrGUID string, opts Options) (Record, e
 	log.Info("bind: binding to uio_hv_generic", "device", id, "from", rec.OriginalDriver, "interface", rec.Interface)
 	if err := bindSteps(ctx, root, dev, rec, opts); err != nil {
 		log.Warn("bind: failed, rolling back", "device", id, "err", err)
-		if rbErr := giveBack(ctx, root, dev, rec, opts); rbErr != nil {
+		// Roll back even when ctx is what ended the bind (each wait is
+		// still bounded by opts.Timeout).
+		if rbErr := giveBack(context.WithoutCancel(ctx), root, dev, rec, opts); rbErr != nil {
 			log.Error("bind: rollback failed; the record stays for vmbusd restore", "device", id, "err", rbErr)
 			return Record{}, errors.Join(err, &Error{Device: id, Step: "rollback", Err: rbErr})
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -69,6 +70,11 @@ type NIC struct {
 	TAP string `toml:"tap"`
 	// NetNS moves the TAP into a named network namespace.
 	NetNS string `toml:"netns"`
+	// Address (CIDR), when set, is assigned to the TAP.
+	Address string `toml:"address"`
+	// GSO lets the kernel hand the TAP 64 KiB TCP super-frames, which the
+	// NIC segments (or the host, with LSO).
+	GSO bool `toml:"gso"`
 	// Peer is the other NIC's device (attach = "forward").
 	Peer string `toml:"peer"`
 	// Bind: claim the device from its kernel driver at start (driver_override
@@ -257,6 +263,11 @@ func (c *Config) validate() error {
 			taps[n.TAP] = i
 			if n.Peer != "" {
 				return verr("nic", i, "peer", "only for attach = \"forward\"")
+			}
+			if n.Address != "" {
+				if _, err := netip.ParsePrefix(n.Address); err != nil {
+					return verr("nic", i, "address", "%q: want an address with prefix length, e.g. 10.0.0.2/24", n.Address)
+				}
 			}
 		case "forward":
 			if n.Peer == "" {

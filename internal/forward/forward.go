@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -46,7 +47,8 @@ const (
 )
 
 // Forwarder forwards the connections of Listener to what Dial opens. Set
-// the fields, then call Serve once. The counters are safe to read from any
+// the fields, then call Serve; after Serve returns it may be given a new
+// Listener and served again, keeping its counters. The counters are safe to read from any
 // goroutine at any time.
 type Forwarder struct {
 	// Name labels the forwarder's logs.
@@ -74,6 +76,7 @@ type Forwarder struct {
 	failed   atomic.Uint64 // dials that failed
 	doneIn   atomic.Uint64 // bytes of closed connections
 	doneOut  atomic.Uint64
+	byReason map[Reason]uint64 // closed connections by reason, under mu
 }
 
 // Defaults of Forwarder.
@@ -107,6 +110,8 @@ type Totals struct {
 	BytesOut    uint64
 	ClosedKept  int // records Closed returns
 	LastClosure time.Time
+	// ClosedBy counts every closed connection by reason.
+	ClosedBy map[Reason]uint64
 }
 
 // conn is one connection's live state; the counters are atomics so that
@@ -324,6 +329,10 @@ func (f *Forwarder) finish(c *conn, reason Reason, err error) {
 	}
 	f.doneIn.Add(s.BytesIn)
 	f.doneOut.Add(s.BytesOut)
+	if f.byReason == nil {
+		f.byReason = map[Reason]uint64{}
+	}
+	f.byReason[reason]++
 	f.mu.Unlock()
 	f.log().Info("connection closed", "id", s.ID, "client", s.Client, "upstream", s.Upstream,
 		"in", s.BytesIn, "out", s.BytesOut, "reason", string(s.Reason), "err", s.Err,
@@ -362,5 +371,6 @@ func (f *Forwarder) Totals() Totals {
 	if n := len(f.closed); n > 0 {
 		t.LastClosure = f.closed[n-1].Closed
 	}
+	t.ClosedBy = maps.Clone(f.byReason)
 	return t
 }

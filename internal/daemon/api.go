@@ -1,0 +1,169 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"vmbusd/internal/forward"
+	"vmbusd/internal/pcapng"
+	"vmbusd/netvsc"
+)
+
+// Status is what `vmbusd status` shows.
+type Status struct {
+	PID     int            `json:"pid"`
+	Started time.Time      `json:"started"`
+	Root    string         `json:"root"`
+	Metrics string         `json:"metrics,omitempty"`
+	NICs    []NICStatus    `json:"nics"`
+	HvSock  []ForwardState `json:"hvsock"`
+}
+
+// ForwardState is one hv_sock forward in Status.
+type ForwardState struct {
+	Name   string          `json:"name"`
+	Totals forward.Totals  `json:"totals"`
+	Active []forward.Stats `json:"active"`
+	Closed []forward.Stats `json:"recently_closed,omitempty"`
+}
+
+// Stats is what `vmbusd stats` shows: per NIC and queue.
+type Stats struct {
+	NICs []NICStats `json:"nics"`
+}
+
+// NICStats is one NIC's counters.
+type NICStats struct {
+	Name       string              `json:"name"`
+	State      string              `json:"state"`
+	Interrupts uint64              `json:"interrupts"`
+	Violations map[string]uint64   `json:"protocol_violations,omitempty"`
+	Queues     []netvsc.QueueStats `json:"queues"`
+	Ethtool    []netvsc.Named      `json:"ethtool"`
+}
+
+func (d *Daemon) status() Status {
+	s := Status{PID: pidSelf(), Started: d.start, Root: d.cfg.Root, Metrics: d.MetricsAddr()}
+	for _, r := range d.nics {
+		s.NICs = append(s.NICs, r.status())
+	}
+	for _, f := range d.fwds {
+		s.HvSock = append(s.HvSock, ForwardState{Name: f.name, Totals: f.fwd.Totals(), Active: f.fwd.Active(), Closed: f.fwd.Closed()})
+	}
+	return s
+}
+
+func (d *Daemon) stats() Stats {
+	var s Stats
+	for _, r := range d.nics {
+		qs, viol, irq := r.stats()
+		st := netvsc.Stats{Queues: qs, Violations: viol, Interrupts: irq}
+		s.NICs = append(s.NICs, NICStats{Name: r.name(), State: r.status().State, Interrupts: irq,
+			Violations: viol, Queues: qs, Ethtool: st.Ethtool()})
+	}
+	return s
+}
+
+func (d *Daemon) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.status()) })
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.stats()) })
+	mux.HandleFunc("GET /v1/capture", d.serveCapture)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// findNIC accepts the configured device name, the instance GUID, the TAP
+// name or the index.
+func (d *Daemon) findNIC(name string) *nicRunner {
+	for i, r := range d.nics {
+		st := r.status()
+		if name == r.cfg.Device || name == st.Instance || (r.cfg.TAP != "" && name == r.cfg.TAP) || name == strconv.Itoa(i) {
+			return r
+		}
+	}
+	return nil
+}
+
+// serveCapture streams a pcapng capture of a NIC's frames, both
+// directions, with direction and queue per packet, until the client goes
+// away or count frames were written. Query: device (required), queue,
+// snaplen, count.
+func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	r := d.findNIC(q.Get("device"))
+	if r == nil {
+		http.Error(w, fmt.Sprintf("no NIC %q is configured (give its device, instance GUID, TAP name or index)", q.Get("device")), http.StatusNotFound)
+		return
+	}
+	queue, snaplen, count := -1, 0, 0
+	for _, p := range []struct {
+		key string
+		v   *int
+	}{{"queue", &queue}, {"snaplen", &snaplen}, {"count", &count}} {
+		if s := q.Get(p.key); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < -1 {
+				http.Error(w, fmt.Sprintf("%s=%q: want a number", p.key, s), http.StatusBadRequest)
+				return
+			}
+			*p.v = n
+		}
+	}
+	sub := r.cap.add(queue, snaplen)
+	defer r.cap.remove(sub)
+	w.Header().Set("Content-Type", "application/x-pcapng")
+	flusher, _ := w.(http.Flusher)
+	pw, err := pcapng.NewWriter(w, "vmbusd")
+	if err != nil {
+		return
+	}
+	st := r.status()
+	iface, err := pw.AddInterface(r.name(), fmt.Sprintf("vmbusd netvsc %s mac %s", st.Instance, st.MAC), snaplen)
+	if err != nil {
+		return
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	d.log.Info("capture started", "nic", r.name(), "queue", queue, "snaplen", snaplen)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	written, pending := 0, false
+	defer func() {
+		d.log.Info("capture ended", "nic", r.name(), "frames", written, "dropped", sub.dropped.Load())
+	}()
+	for count == 0 || written < count {
+		select {
+		case <-req.Context().Done():
+			return
+		case f := <-sub.frames:
+			dir := pcapng.DirOut
+			if f.in {
+				dir = pcapng.DirIn
+			}
+			if err := pw.WritePacket(iface, f.at, dir, f.queue, f.data, f.orig); err != nil {
+				return
+			}
+			written++
+			pending = true
+		case <-tick.C:
+			if pending && flusher != nil {
+				flusher.Flush()
+				pending = false
+			}
+		}
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+}

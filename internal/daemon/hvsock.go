@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"vmbusd/hvsock"
+	"vmbusd/internal/config"
+	"vmbusd/internal/forward"
+)
+
+// fwdRunner runs one hv_sock forward: a guest service (hv_sock port ->
+// local address) or a host service (local listener -> hv_sock port).
+type fwdRunner struct {
+	d    *Daemon
+	idx  int
+	cfg  config.HvSock
+	name string
+	log  *slog.Logger
+	fwd  *forward.Forwarder
+}
+
+func newFwdRunner(d *Daemon, idx int, cfg config.HvSock) *fwdRunner {
+	name := fmt.Sprintf("hvsock:%d->%s", cfg.Port, cfg.To)
+	if cfg.Listen != "" {
+		name = fmt.Sprintf("%s->hvsock:%d", cfg.Listen, cfg.ToPort)
+	}
+	f := &fwdRunner{d: d, idx: idx, cfg: cfg, name: name, log: d.log.With("forward", name)}
+	f.fwd = &forward.Forwarder{Name: name, Logger: f.log, DialTimeout: 10 * time.Second}
+	return f
+}
+
+func (f *fwdRunner) hvConfig() hvsock.Config {
+	return hvsock.Config{Root: f.d.cfg.Root, Logger: f.log}
+}
+
+// run listens and forwards until ctx ends, retrying the listener after
+// failures (an hv_sock listener can fail while the host is away).
+func (f *fwdRunner) run(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		ln, err := f.listen()
+		if err != nil {
+			f.log.Error("listen failed", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		f.fwd.Listener = ln
+		f.fwd.Dial = f.dialer()
+		f.log.Info("forwarding", "listen", ln.Addr().String())
+		if err := f.fwd.Serve(ctx); err != nil && ctx.Err() == nil {
+			f.log.Warn("forward stopped", "err", err)
+		}
+	}
+}
+
+func (f *fwdRunner) listen() (net.Listener, error) {
+	if f.cfg.Port != 0 {
+		cfg := f.hvConfig()
+		l, err := cfg.Listen(f.cfg.Port)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	network, addr := config.SplitAddr(f.cfg.Listen)
+	return net.Listen(network, addr)
+}
+
+func (f *fwdRunner) dialer() func(ctx context.Context) (net.Conn, error) {
+	if f.cfg.Port != 0 {
+		network, addr := config.SplitAddr(f.cfg.To)
+		return func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	}
+	d := hvsock.Dialer{Config: f.hvConfig(), Timeout: 5 * time.Second, Retries: 2, RetryWait: 500 * time.Millisecond}
+	return func(ctx context.Context) (net.Conn, error) {
+		c, err := d.Dial(ctx, f.cfg.ToPort)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}

@@ -1,0 +1,223 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"vmbusd/internal/forward"
+	"vmbusd/netvsc"
+)
+
+// Metrics: one registry per daemon, the process and Go collectors, and one
+// custom collector that reads the counters the data path keeps (atomics
+// with a single writer) at scrape time. No client_golang call runs per
+// packet. Every series is listed in the README.
+
+type metricDesc struct {
+	d    *prometheus.Desc
+	kind prometheus.ValueType
+}
+
+func newDesc(name, help string, kind prometheus.ValueType, labels ...string) metricDesc {
+	return metricDesc{prometheus.NewDesc(name, help, labels, nil), kind}
+}
+
+var (
+	qLabels = []string{"device", "queue"}
+
+	mBuildInfo = newDesc("vmbusd_build_info", "vmbusd's version and Go version (always 1).", prometheus.GaugeValue, "version", "goversion")
+	mNICInfo   = newDesc("vmbusd_netvsc_info", "One series per configured NIC: instance, MAC, attachment (always 1).",
+		prometheus.GaugeValue, "device", "instance", "mac", "attach", "mode")
+	mNICUp       = newDesc("vmbusd_netvsc_up", "1 while the NIC carries traffic, 0 while it starts, resets or waits for the host.", prometheus.GaugeValue, "device")
+	mLinkUp      = newDesc("vmbusd_netvsc_link_up", "The host's link state for the NIC (1 up).", prometheus.GaugeValue, "device")
+	mLinkSpeed   = newDesc("vmbusd_netvsc_link_speed_bits_per_second", "Link speed the host reports.", prometheus.GaugeValue, "device")
+	mQueues      = newDesc("vmbusd_netvsc_queues", "Queues (VMBus channels) granted by the host.", prometheus.GaugeValue, "device")
+	mResets      = newDesc("vmbusd_netvsc_resets_total", "Times the NIC was torn down and brought up again after a failure.", prometheus.CounterValue, "device")
+	mRescinds    = newDesc("vmbusd_netvsc_rescinds_total", "Times the host took the device away.", prometheus.CounterValue, "device")
+	mViolations  = newDesc("vmbusd_netvsc_protocol_violations_total", "Host protocol violations detected, by check; each resets the NIC.", prometheus.CounterValue, "device", "check")
+	mInterrupts  = newDesc("vmbusd_vmbus_interrupts_total", "Interrupt notifications read from the device's uio fd.", prometheus.CounterValue, "device")
+	mRxPackets   = newDesc("vmbusd_netvsc_receive_packets_total", "Frames received from the host.", prometheus.CounterValue, qLabels...)
+	mRxBytes     = newDesc("vmbusd_netvsc_receive_bytes_total", "Bytes of frames received from the host.", prometheus.CounterValue, qLabels...)
+	mTxPackets   = newDesc("vmbusd_netvsc_transmit_packets_total", "Frames the host confirmed sending.", prometheus.CounterValue, qLabels...)
+	mTxBytes     = newDesc("vmbusd_netvsc_transmit_bytes_total", "Bytes of frames the host confirmed sending.", prometheus.CounterValue, qLabels...)
+	mRxDropped   = newDesc("vmbusd_netvsc_receive_dropped_total", "Received frames dropped: no buffer (rx_no_memory) or too large.", prometheus.CounterValue, qLabels...)
+	mTxDropped   = newDesc("vmbusd_netvsc_transmit_dropped_total", "Frames that could be neither sent nor segmented (tx_too_big).", prometheus.CounterValue, qLabels...)
+	mTxPath      = newDesc("vmbusd_netvsc_transmit_path_total", "Frames sent by path: copy (into a send section), gpa (GPA-direct), segment (cut in software).", prometheus.CounterValue, "device", "queue", "path")
+	mTxSendFull  = newDesc("vmbusd_netvsc_transmit_send_full_total", "No free send section (Linux tx_send_full).", prometheus.CounterValue, qLabels...)
+	mTxBusy      = newDesc("vmbusd_netvsc_transmit_busy_total", "Outbound ring or request table full (Linux tx_busy).", prometheus.CounterValue, qLabels...)
+	mRxCompBusy  = newDesc("vmbusd_netvsc_receive_completion_busy_total", "Receive completions deferred because the outbound ring was full (Linux rx_comp_busy).", prometheus.CounterValue, qLabels...)
+	mSignals     = newDesc("vmbusd_vmbus_signals_sent_total", "Signals raised to the host (monitor bit or uio write).", prometheus.CounterValue, qLabels...)
+	mWakeups     = newDesc("vmbusd_vmbus_wakeups_total", "Blocked waits ended by an interrupt.", prometheus.CounterValue, qLabels...)
+	mMissed      = newDesc("vmbusd_vmbus_missed_wakeups_total", "Blocked waits that found work only on their timeout (an interrupt the host owed and did not raise).", prometheus.CounterValue, qLabels...)
+	mPollSeconds = newDesc("vmbusd_netvsc_poll_seconds_total", "Time the queue spent polling its rings.", prometheus.CounterValue, qLabels...)
+	mSleepSecs   = newDesc("vmbusd_netvsc_sleep_seconds_total", "Time the queue spent asleep on the interrupt fd.", prometheus.CounterValue, qLabels...)
+	mRingUsed    = newDesc("vmbusd_vmbus_ring_used_bytes", "Bytes waiting in a ring (outbound: guest to host; inbound: host to guest).", prometheus.GaugeValue, "device", "queue", "ring")
+	mRingSize    = newDesc("vmbusd_vmbus_ring_size_bytes", "Data size of a ring.", prometheus.GaugeValue, "device", "queue", "ring")
+
+	mHvConns    = newDesc("vmbusd_hvsock_connections_total", "Connections accepted by an hv_sock forward.", prometheus.CounterValue, "forward")
+	mHvActive   = newDesc("vmbusd_hvsock_connections_active", "Connections an hv_sock forward carries now.", prometheus.GaugeValue, "forward")
+	mHvBytes    = newDesc("vmbusd_hvsock_bytes_total", "Bytes forwarded; in: from the accepting side to the dialed side.", prometheus.CounterValue, "forward", "direction")
+	mHvClosed   = newDesc("vmbusd_hvsock_connections_closed_total", "Closed connections by reason.", prometheus.CounterValue, "forward", "reason")
+	mHvDialFail = newDesc("vmbusd_hvsock_dial_failures_total", "Connections whose other side could not be reached.", prometheus.CounterValue, "forward")
+)
+
+var allDescs = []metricDesc{mBuildInfo, mNICInfo, mNICUp, mLinkUp, mLinkSpeed, mQueues, mResets, mRescinds,
+	mViolations, mInterrupts, mRxPackets, mRxBytes, mTxPackets, mTxBytes, mRxDropped, mTxDropped, mTxPath,
+	mTxSendFull, mTxBusy, mRxCompBusy, mSignals, mWakeups, mMissed, mPollSeconds, mSleepSecs, mRingUsed,
+	mRingSize, mHvConns, mHvActive, mHvBytes, mHvClosed, mHvDialFail}
+
+func newRegistry(d *Daemon) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(), &collector{d: d})
+	return reg
+}
+
+type collector struct{ d *Daemon }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range allDescs {
+		ch <- m.d
+	}
+}
+
+func emit(ch chan<- prometheus.Metric, m metricDesc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(m.d, m.kind, v, labels...)
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	version, gover := buildVersion()
+	emit(ch, mBuildInfo, 1, version, gover)
+	for _, r := range c.d.nics {
+		c.collectNIC(ch, r)
+	}
+	for _, f := range c.d.fwds {
+		collectForward(ch, f.name, f.fwd.Totals())
+	}
+}
+
+func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
+	dev := r.name()
+	st := r.status()
+	emit(ch, mNICInfo, 1, dev, st.Instance, st.MAC, st.Attach, st.Mode)
+	emit(ch, mNICUp, b2f(st.State == stateUp), dev)
+	emit(ch, mLinkUp, b2f(st.LinkUp), dev)
+	emit(ch, mLinkSpeed, float64(st.LinkSpeed), dev)
+	emit(ch, mQueues, float64(st.Queues), dev)
+	emit(ch, mResets, float64(st.Resets), dev)
+	emit(ch, mRescinds, float64(st.Rescinds), dev)
+	queues, viol, irq := r.stats()
+	for _, check := range netvsc.AllChecks() {
+		emit(ch, mViolations, float64(viol[check]), dev, check)
+	}
+	emit(ch, mInterrupts, float64(irq), dev)
+	for _, q := range queues {
+		qs := strconv.Itoa(q.Queue)
+		emit(ch, mRxPackets, float64(q.RxPackets), dev, qs)
+		emit(ch, mRxBytes, float64(q.RxBytes), dev, qs)
+		emit(ch, mTxPackets, float64(q.TxPackets), dev, qs)
+		emit(ch, mTxBytes, float64(q.TxBytes), dev, qs)
+		emit(ch, mRxDropped, float64(q.RxNoMemory+q.RxTooBig), dev, qs)
+		emit(ch, mTxDropped, float64(q.TxTooBig), dev, qs)
+		emit(ch, mTxPath, float64(q.TxCopied), dev, qs, "copy")
+		emit(ch, mTxPath, float64(q.TxGPA), dev, qs, "gpa")
+		emit(ch, mTxPath, float64(q.TxSegmented), dev, qs, "segment")
+		emit(ch, mTxSendFull, float64(q.TxSendFull), dev, qs)
+		emit(ch, mTxBusy, float64(q.TxBusy), dev, qs)
+		emit(ch, mRxCompBusy, float64(q.RxCompBusy), dev, qs)
+		emit(ch, mSignals, float64(q.Channel.TxSignals+q.Channel.RxSignals), dev, qs)
+		emit(ch, mWakeups, float64(q.Channel.Wakeups), dev, qs)
+		emit(ch, mMissed, float64(q.Channel.MissedWakeups), dev, qs)
+		emit(ch, mPollSeconds, q.PollSeconds, dev, qs)
+		emit(ch, mSleepSecs, q.SleepSeconds, dev, qs)
+	}
+	if nic, _ := r.current(); nic != nil {
+		for _, q := range nic.Queues() {
+			qs := strconv.Itoa(q.Index())
+			ch0 := q.Channel()
+			out, in := ch0.RingUsage()
+			emit(ch, mRingUsed, float64(max(out, 0)), dev, qs, "outbound")
+			emit(ch, mRingUsed, float64(max(in, 0)), dev, qs, "inbound")
+			emit(ch, mRingSize, float64(ch0.Out().DataSize()), dev, qs, "outbound")
+			emit(ch, mRingSize, float64(ch0.In().DataSize()), dev, qs, "inbound")
+		}
+	}
+}
+
+func collectForward(ch chan<- prometheus.Metric, name string, t forward.Totals) {
+	emit(ch, mHvConns, float64(t.Accepted), name)
+	emit(ch, mHvActive, float64(t.Active), name)
+	emit(ch, mHvBytes, float64(t.BytesIn), name, "in")
+	emit(ch, mHvBytes, float64(t.BytesOut), name, "out")
+	emit(ch, mHvDialFail, float64(t.DialFailed), name)
+	for _, r := range []forward.Reason{forward.ReasonDone, forward.ReasonDialFailed, forward.ReasonClientError,
+		forward.ReasonUpstreamErr, forward.ReasonCanceled} {
+		emit(ch, mHvClosed, float64(t.ClosedBy[r]), name, strings.ReplaceAll(string(r), " ", "_"))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func buildVersion() (version, goversion string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown", "unknown"
+	}
+	version = bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			version = s.Value[:12]
+		}
+	}
+	if version == "" {
+		version = "devel"
+	}
+	return version, bi.GoVersion
+}
+
+// metricsHandler serves /metrics, /healthz (the process answers) and
+// /readyz (503 with the devices that are not ready).
+func (d *Daemon) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-d.ready:
+		default:
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		if bad := d.notReady(); len(bad) > 0 {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			for _, b := range bad {
+				fmt.Fprintln(w, b)
+			}
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "vmbusd: /metrics /healthz /readyz")
+	})
+	return mux
+}

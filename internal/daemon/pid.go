@@ -1,0 +1,5 @@
+package daemon
+
+import "os"
+
+func pidSelf() int { return os.Getpid() }
