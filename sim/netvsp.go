@@ -145,6 +145,9 @@ type NICConfig struct {
 	// guest, DriverNetvsc to start as a kernel NIC that bring-up scripts
 	// move to uio_hv_generic.
 	Driver string
+	// IfName is the kernel netdev's name while hv_netvsc has the device
+	// (default eth<N>).
+	IfName string
 }
 
 // RecvSectionFromMTU as NICConfig.RecvSectionSize sizes receive
@@ -224,7 +227,7 @@ func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) {
 		Class: vmbus.ClassNetwork, Instance: cfg.Instance, NotMonitored: cfg.NotMonitored,
 		RingSize: cfg.RingSize, SubchannelRingSize: cfg.SubchannelRingSize,
 		RecvBuffer: cfg.RecvBuffer, SendBuffer: cfg.SendBuffer, Service: n,
-		Driver: cfg.Driver, MAC: cfg.MAC,
+		Driver: cfg.Driver, MAC: cfg.MAC, IfName: cfg.IfName,
 	})
 	if err != nil {
 		return nil, err

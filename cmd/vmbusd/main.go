@@ -23,8 +23,10 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"demo", "run the embedded simulated host and a guest exchanging traffic, with live figures", runDemo},
+		{"run", "run the daemon: claim the configured devices, run their data paths, serve metrics and control", runRun},
+		{"demo", "run the daemon against an embedded simulated host, with live figures (= run --sim)", runDemo},
 		{"sim", "run a simulated Hyper-V host (sysfs tree + uio devices) for other processes", runSim},
+		{"ringdemo", "a guest and the simulated host echoing packets on one VMBus channel, with live figures", runRingDemo},
 	}
 }
 
@@ -120,20 +122,33 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 func logFlags(fs *flag.FlagSet) func(w io.Writer) (*slog.Logger, error) {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
-	return func(w io.Writer) (*slog.Logger, error) {
-		var lv slog.Level
-		if err := lv.UnmarshalText([]byte(*level)); err != nil {
-			return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *level)
-		}
-		opts := &slog.HandlerOptions{Level: lv}
-		switch strings.ToLower(*format) {
-		case "text":
-			return slog.New(slog.NewTextHandler(w, opts)), nil
-		case "json":
-			return slog.New(slog.NewJSONHandler(w, opts)), nil
-		}
-		return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, *format)
+	return func(w io.Writer) (*slog.Logger, error) { return newLogger(w, *level, *format) }
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("%w: log level %q: want debug, info, warn or error", errUsage, level)
 	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: log format %q: want text or json", errUsage, format)
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
 }
 
 func defaultRoot() string {

@@ -45,7 +45,8 @@ type NICStats struct {
 	Ethtool    []netvsc.Named      `json:"ethtool"`
 }
 
-func (d *Daemon) status() Status {
+// Status reports the daemon, its NICs and forwards.
+func (d *Daemon) Status() Status {
 	s := Status{PID: pidSelf(), Started: d.start, Root: d.cfg.Root, Metrics: d.MetricsAddr()}
 	for _, r := range d.nics {
 		s.NICs = append(s.NICs, r.status())
@@ -56,7 +57,8 @@ func (d *Daemon) status() Status {
 	return s
 }
 
-func (d *Daemon) stats() Stats {
+// Stats reports every NIC's counters, per queue.
+func (d *Daemon) Stats() Stats {
 	var s Stats
 	for _, r := range d.nics {
 		qs, viol, irq := r.stats()
@@ -69,8 +71,8 @@ func (d *Daemon) stats() Stats {
 
 func (d *Daemon) controlHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.status()) })
-	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.stats()) })
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.Status()) })
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.Stats()) })
 	mux.HandleFunc("GET /v1/capture", d.serveCapture)
 	return mux
 }
