@@ -25,6 +25,14 @@ func commands() []command {
 	return []command{
 		{"run", "run the daemon: claim the configured devices, run their data paths, serve metrics and control", runRun},
 		{"demo", "run the daemon against an embedded simulated host, with live figures (= run --sim)", runDemo},
+		{"devices", "list VMBus devices: class, instance, driver, uio node, channels, interface and MAC", runDevices},
+		{"bind", "hand a synthetic NIC to uio_hv_generic (driver_override; refuses the management NIC)", runBind},
+		{"unbind", "give a device back to its kernel driver, restoring its interface", runUnbind},
+		{"restore", "give back every device a crashed vmbusd left bound (the unit's ExecStopPost)", runRestore},
+		{"check", "check the system: vmbus, uio_hv_generic, kernel, devices, management NIC, hugepages", runCheck},
+		{"status", "show the running daemon's devices and forwards (over its control socket)", runStatus},
+		{"stats", "show the running daemon's counters per device and queue", runStats},
+		{"capture", "capture a NIC's frames as pcapng (both directions, queue and direction recorded)", runCapture},
 		{"sim", "run a simulated Hyper-V host (sysfs tree + uio devices) for other processes", runSim},
 		{"ringdemo", "a guest and the simulated host echoing packets on one VMBus channel, with live figures", runRingDemo},
 	}
@@ -42,7 +50,7 @@ Usage:
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Every command that touches devices takes --root DIR (environment

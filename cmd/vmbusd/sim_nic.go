@@ -16,6 +16,7 @@ import (
 
 type nicFlags struct {
 	count        *int
+	driver       *string
 	port         *string
 	memory       *string
 	queues       *int
@@ -36,6 +37,8 @@ type nicFlags struct {
 func addNICFlags(fs *flag.FlagSet) *nicFlags {
 	return &nicFlags{
 		count: fs.Int("nic", 0, "number of synthetic NICs to offer (served by the simulated NetVSP)"),
+		driver: fs.String("nic-driver", sim.DriverUIO, "driver that has the NICs when offered: uio_hv_generic (ready for a user-space guest), "+
+			"hv_netvsc (kernel NICs eth1, eth2, ...: try `vmbusd bind` or the scripts), or none"),
 		port: fs.String("port", "reflect", "what each NIC's vSwitch port connects to: reflect (frames come back, MACs swapped), "+
 			"peer (NICs 2k and 2k+1 patched together), sink (count and drop), gen (generator + sink), "+
 			"tap:NETNS or veth:NETNS (a kernel TAP or veth in network namespace NETNS, created if missing), none"),
@@ -114,9 +117,12 @@ func (f *nicFlags) offer(h *sim.Host, out io.Writer) (func(), error) {
 		}
 	}
 	for i := 0; i < *f.count; i++ {
-		cfg := sim.NICConfig{MaxQueues: *f.queues, MTU: *f.mtu, LinkDown: *f.linkDown, VF: uint32(*f.vf),
+		cfg := sim.NICConfig{Driver: *f.driver, MaxQueues: *f.queues, MTU: *f.mtu, LinkDown: *f.linkDown, VF: uint32(*f.vf),
 			ControlDelay: *f.controlDelay, RecvSectionSize: *f.recvSection, Memory: mem,
 			NotMonitored: *f.notMonitored, Faults: faults, RingSize: int(ring), SubchannelRingSize: int(ring)}
+		if *f.driver == sim.DriverNetvsc {
+			cfg.IfName = fmt.Sprintf("eth%d", i+1)
+		}
 		if mac != nil {
 			cfg.MAC = append(net.HardwareAddr(nil), mac...)
 			cfg.MAC[5] += byte(i)

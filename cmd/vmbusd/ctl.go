@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"vmbusd/internal/config"
+	"vmbusd/internal/control"
+	"vmbusd/internal/daemon"
+)
+
+// controlFlag adds --control with the default the daemon uses.
+func controlFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv("VMBUSD_CONTROL")
+	if def == "" {
+		def = config.DefaultControlSocket
+	}
+	return fs.String("control", def, "the daemon's control socket (env VMBUSD_CONTROL)")
+}
+
+func getJSON(ctx context.Context, sock, path string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body, err := control.NewClient(sock).Get(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	return json.NewDecoder(body).Decode(v)
+}
+
+func runStatus(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("status", "status [--control PATH] [--json]")
+	sock := controlFlag(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var st daemon.Status
+	if err := getJSON(ctx, *sock, "/v1/status", &st); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(out, st)
+	}
+	fmt.Fprintf(out, "vmbusd pid %d, up %s, root %s", st.PID, time.Since(st.Started).Round(time.Second), st.Root)
+	if st.Metrics != "" {
+		fmt.Fprintf(out, ", metrics http://%s/metrics", st.Metrics)
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NIC\tSTATE\tSINCE\tINSTANCE\tMAC\tMTU\tQUEUES\tLINK\tATTACH\tMODE\tRESETS\tRESCINDS")
+	for _, n := range st.NICs {
+		link := "down"
+		if n.LinkUp {
+			link = fmt.Sprintf("up %s", humanBits(n.LinkSpeed))
+		}
+		attach := n.Attach
+		if n.Attach == "tap" {
+			attach = "tap " + n.TAP
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\n", n.Name, n.State,
+			time.Since(n.Since).Round(time.Second), dash(n.Instance), dash(n.MAC), n.MTU, n.Queues, link, attach, n.Mode, n.Resets, n.Rescinds)
+	}
+	tw.Flush()
+	for _, n := range st.NICs {
+		if n.Error != "" {
+			fmt.Fprintf(out, "%s: %s\n", n.Name, n.Error)
+		}
+	}
+	if len(st.HvSock) > 0 {
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "HV_SOCK FORWARD\tACCEPTED\tACTIVE\tBYTES IN\tBYTES OUT\tDIAL FAILED")
+		for _, f := range st.HvSock {
+			t := f.Totals
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", f.Name, t.Accepted, t.Active, t.BytesIn, t.BytesOut, t.DialFailed)
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+func runStats(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("stats", "stats [--control PATH] [--json] [--ethtool]")
+	sock := controlFlag(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	ethtool := fs.Bool("ethtool", false, "print the counters under Linux hv_netvsc's ethtool -S names")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var st daemon.Stats
+	if err := getJSON(ctx, *sock, "/v1/stats", &st); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(out, st)
+	}
+	for _, n := range st.NICs {
+		fmt.Fprintf(out, "%s (%s): interrupts %d\n", n.Name, n.State, n.Interrupts)
+		if *ethtool {
+			for _, c := range n.Ethtool {
+				fmt.Fprintf(out, "     %s: %d\n", c.Name, c.Value)
+			}
+			continue
+		}
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "QUEUE\tRX PKTS\tRX BYTES\tTX PKTS\tTX BYTES\tRX DROP\tTX COPY\tTX GPA\tTX SEG\tSEND FULL\tTX BUSY\tSIGNALS\tWAKEUPS\tMISSED\tPOLL s\tSLEEP s\t")
+		for _, q := range n.Queues {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t\n", q.Queue, q.RxPackets, q.RxBytes,
+				q.TxPackets, q.TxBytes, q.RxNoMemory+q.RxTooBig, q.TxCopied, q.TxGPA, q.TxSegmented, q.TxSendFull, q.TxBusy,
+				q.Channel.TxSignals+q.Channel.RxSignals, q.Channel.Wakeups, q.Channel.MissedWakeups, q.PollSeconds, q.SleepSeconds)
+		}
+		tw.Flush()
+		for check, v := range n.Violations {
+			if v > 0 {
+				fmt.Fprintf(out, "  protocol violations %s: %d\n", check, v)
+			}
+		}
+	}
+	return nil
+}
+
+func runCapture(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlagSet("capture", "capture -i DEVICE [-w FILE|-] [-q QUEUE] [-s SNAPLEN] [-c COUNT]")
+	sock := controlFlag(fs)
+	dev := fs.String("i", "", "the NIC: its configured device, instance GUID, TAP name or index (required)")
+	file := fs.String("w", "-", "write pcapng to FILE, or - for standard output (pipe into `tshark -r -` or `wireshark -k -i -`)")
+	queue := fs.Int("q", -1, "capture only this queue (-1: all)")
+	snaplen := fs.Int("s", 0, "bytes kept per frame (0: whole frames)")
+	count := fs.Int("c", 0, "stop after this many frames (0: until interrupted)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dev == "" {
+		return fmt.Errorf("%w: -i DEVICE is required (see `vmbusd status`)", errUsage)
+	}
+	if *queue < -1 || *snaplen < 0 || *count < 0 {
+		return fmt.Errorf("%w: -q, -s and -c must not be negative", errUsage)
+	}
+	q := url.Values{"device": {*dev}, "queue": {fmt.Sprint(*queue)}, "snaplen": {fmt.Sprint(*snaplen)}, "count": {fmt.Sprint(*count)}}
+	body, err := control.NewClient(*sock).Get(ctx, "/v1/capture?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	w := out
+	if *file != "-" {
+		f, err := os.Create(*file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	n, err := io.Copy(w, body)
+	if ctx.Err() != nil {
+		err = nil // interrupted by the user: the capture is complete up to here
+	}
+	if *file != "-" {
+		fmt.Fprintf(os.Stderr, "wrote %d bytes of pcapng to %s\n", n, *file)
+	}
+	return err
+}
+
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func humanBits(bps uint64) string {
+	switch {
+	case bps >= 1e9:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(bps)/1e9), ".0") + "Gb/s"
+	case bps >= 1e6:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(bps)/1e6), ".0") + "Mb/s"
+	}
+	return fmt.Sprintf("%db/s", bps)
+}
