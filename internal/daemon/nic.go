@@ -154,8 +154,17 @@ func (r *nicRunner) run(ctx context.Context, first chan<- struct{}) {
 			r.mu.Unlock()
 			r.setState(stateWaiting, err)
 			r.log.Warn("device rescinded by the host; waiting for it to be offered again", "err", err)
+			r.waitGone(ctx)
 			r.waitOffer(ctx)
 			continue
+		}
+		if !r.instance.IsZero() {
+			if _, lerr := vmbus.LookupDevice(r.d.cfg.Root, r.instance); lerr != nil {
+				r.setState(stateWaiting, err)
+				r.log.Warn("device not present; waiting for it to be offered", "err", err)
+				r.waitOffer(ctx)
+				continue
+			}
 		}
 		r.mu.Lock()
 		r.st.Resets++
@@ -182,6 +191,24 @@ func (r *nicRunner) sleep(ctx context.Context, d time.Duration) {
 		}
 	}
 	r.heartbeat()
+}
+
+// waitGone waits (a few seconds at most) for a rescinded device's old
+// binding to go away: the host closes the channel before the kernel removes
+// the device, so for a moment the old directory is still there.
+func (r *nicRunner) waitGone(ctx context.Context) {
+	end := time.Now().Add(5 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(end) {
+		r.heartbeat()
+		dev, err := vmbus.LookupDevice(r.d.cfg.Root, r.instance)
+		if err != nil || dev.UIO == "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitOffer waits until the device is offered again (its sysfs directory

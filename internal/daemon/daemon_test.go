@@ -1,0 +1,272 @@
+package daemon_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"vmbusd/internal/config"
+	"vmbusd/internal/daemon"
+	"vmbusd/sim"
+	"vmbusd/vmbus"
+)
+
+// A pair of simulated NICs forwarded to each other needs no TAP, so these
+// lifecycle tests run without root.
+
+type rig struct {
+	h      *sim.Host
+	root   string
+	gen    *sim.Generator
+	sink   *sim.Generator
+	a, b   *sim.NIC
+	d      *daemon.Daemon
+	cancel context.CancelFunc
+	done   chan error
+	notes  *notes
+}
+
+type notes struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (n *notes) add(s string) {
+	n.mu.Lock()
+	n.got = append(n.got, s)
+	n.mu.Unlock()
+}
+
+func (n *notes) list() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.got)
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	root, err := os.MkdirTemp("/dev/shm", "vmbusd-daemon-")
+	if err != nil {
+		root = t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	h, err := sim.New(sim.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	r := &rig{h: h, root: root, notes: &notes{}}
+	r.gen = sim.NewGenerator(sim.GeneratorConfig{Flows: 8, Rate: 20000})
+	r.sink = sim.NewGenerator(sim.GeneratorConfig{Idle: true})
+	r.a = r.addNIC(t, "eth1", vmbus.GUID{})
+	r.b = r.addNIC(t, "eth2", vmbus.GUID{})
+	r.a.Attach(r.gen)
+	r.b.Attach(r.sink)
+	return r
+}
+
+func (r *rig) addNIC(t *testing.T, ifname string, inst vmbus.GUID) *sim.NIC {
+	t.Helper()
+	n, err := r.h.AddNIC(sim.NICConfig{Driver: sim.DriverNetvsc, IfName: ifname, MaxQueues: 2, Instance: inst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (r *rig) start(t *testing.T) {
+	t.Helper()
+	tru := true
+	cfg := config.Default()
+	cfg.Root = r.root
+	cfg.StateDir = filepath.Join(r.root, "run/vmbusd")
+	cfg.Control.Socket = filepath.Join(r.root, "run/vmbusd/control.sock")
+	cfg.Metrics.Listen = "127.0.0.1:0"
+	cfg.NICs = []config.NIC{
+		{Device: "eth1", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth2", Bind: &tru},
+		{Device: "eth2", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth1", Bind: &tru},
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.d = d
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan error, 1)
+	go func() { r.done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	select {
+	case <-d.Ready():
+	case err := <-r.done:
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon not ready")
+	}
+}
+
+func (r *rig) nicState(name string) daemon.NICStatus {
+	for _, n := range r.d.Status().NICs {
+		if n.Name == name {
+			return n
+		}
+	}
+	return daemon.NICStatus{}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	end := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func forwarded(r *rig) uint64 { return r.sink.Stats().Received }
+
+func TestForwardingAndCleanStop(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	waitFor(t, "frames forwarded eth1 -> eth2", func() bool { return forwarded(r) > 1000 })
+	if got := r.notes.list(); len(got) == 0 || got[0] != "READY=1" {
+		t.Fatalf("notifications %v, want READY=1 first", got)
+	}
+	// The daemon bound both NICs; stopping gives them back.
+	for _, dev := range r.h.Devices() {
+		if dev.Driver() != sim.DriverUIO {
+			t.Fatalf("%s has %q while running", dev.IfName(), dev.Driver())
+		}
+	}
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	r.done <- nil // for the cleanup
+	for _, dev := range r.h.Devices() {
+		if dev.Driver() != sim.DriverNetvsc || dev.IfName() == "" {
+			t.Fatalf("after stop: %s has %q", dev.Instance(), dev.Driver())
+		}
+	}
+	if got := r.notes.list(); got[len(got)-1] != "STOPPING=1" {
+		t.Fatalf("notifications %v, want STOPPING=1 last", got)
+	}
+}
+
+func TestHostFaultResetsOnlyThatNIC(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	waitFor(t, "traffic", func() bool { return forwarded(r) > 500 })
+	r.a.SetFault(sim.NICFaultXferPageSet, true)
+	waitFor(t, "eth1 to reset after the fault", func() bool { return r.nicState("eth1").Resets > 0 })
+	waitFor(t, "eth1 up again", func() bool { return r.nicState("eth1").State == "up" })
+	before := forwarded(r)
+	waitFor(t, "traffic after the reset", func() bool { return forwarded(r) > before+500 })
+	if r.nicState("eth2").Resets != 0 {
+		t.Fatalf("eth2 reset too: %+v", r.nicState("eth2"))
+	}
+	var viol uint64
+	for _, n := range r.d.Stats().NICs {
+		if n.Name == "eth1" {
+			for k, v := range n.Violations {
+				if strings.Contains(k, "netvsc") {
+					viol += v
+				}
+			}
+		}
+	}
+	if viol == 0 {
+		t.Fatalf("no protocol violation counted: %+v", r.d.Stats().NICs)
+	}
+}
+
+func TestRescindedNICIsPickedUpWhenReoffered(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	waitFor(t, "traffic", func() bool { return forwarded(r) > 500 })
+	inst := r.a.Device().Instance()
+	if err := r.a.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "eth1 to wait for the device", func() bool {
+		s := r.nicState("eth1")
+		return s.Rescinds == 1 && s.State == "waiting for the device"
+	})
+	// The host offers it again: a new device, bound to hv_netvsc again.
+	gen := sim.NewGenerator(sim.GeneratorConfig{Flows: 8, Rate: 20000})
+	defer gen.Close()
+	n := r.addNIC(t, "eth1", inst)
+	n.Attach(gen)
+	waitFor(t, "eth1 up again", func() bool { return r.nicState("eth1").State == "up" })
+	before := forwarded(r)
+	waitFor(t, "traffic after the re-offer", func() bool { return forwarded(r) > before+500 })
+}
+
+func TestWatchdogPingsWhileAlive(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "300000")
+	t.Setenv("WATCHDOG_PID", itoa(os.Getpid()))
+	r := newRig(t)
+	r.start(t)
+	waitFor(t, "watchdog pings", func() bool {
+		n := 0
+		for _, s := range r.notes.list() {
+			if s == "WATCHDOG=1" {
+				n++
+			}
+		}
+		return n >= 3
+	})
+}
+
+func TestReadyzListsNICsThatAreDown(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	waitFor(t, "both up", func() bool { return r.nicState("eth1").State == "up" && r.nicState("eth2").State == "up" })
+	addr := r.d.MetricsAddr()
+	if code, _ := get(t, addr, "/readyz"); code != 200 {
+		t.Fatalf("/readyz %d with both NICs up", code)
+	}
+	r.a.Remove()
+	waitFor(t, "eth1 down", func() bool { return r.nicState("eth1").State != "up" })
+	code, body := get(t, addr, "/readyz")
+	if code != 503 || !strings.Contains(body, "eth1") {
+		t.Fatalf("/readyz %d %q, want 503 naming eth1", code, body)
+	}
+}
+
+func get(t *testing.T, addr, path string) (int, string) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("GET " + path + " HTTP/1.0\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	s := string(b)
+	code := 0
+	if len(s) > 12 {
+		code = atoi(s[9:12])
+	}
+	_, body, _ := strings.Cut(s, "\r\n\r\n")
+	return code, body
+}
