@@ -232,6 +232,12 @@ func (h *Host) registerMonitor(id int, c *Channel) {
 // clears the pending bits and wakes the channels they belong to. It sleeps
 // the shortest latency the guests asked for (100 ns units in the page),
 // and not at all while no monitored channel is open.
+// Idle scanning (runMonitor).
+const (
+	monitorIdleAfter = 100 * time.Millisecond
+	monitorIdleScan  = time.Millisecond
+)
+
 func (h *Host) runMonitor() {
 	defer h.wg.Done()
 	t := time.NewTimer(time.Hour)
@@ -244,6 +250,13 @@ func (h *Host) runMonitor() {
 	defer runtime.UnlockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	var next int64 // CLOCK_MONOTONIC deadline of the next precise scan
+	// An idle host scans less: after monitorIdleAfter without a pending
+	// bit, the scan interval grows to at least monitorIdleScan, so a
+	// guest that set 50 µs does not cost a busy core while nothing
+	// happens. The first signal after a quiet spell may then wait up to
+	// monitorIdleScan (Hyper-V's own scan cadence is not documented;
+	// guests must cope with any).
+	lastBit := time.Now()
 	for {
 		guestSet := false // a guest chose the latency
 		h.mu.Lock()
@@ -261,6 +274,9 @@ func (h *Host) runMonitor() {
 		h.mu.Unlock()
 		if interval == 0 {
 			interval = h.cfg.MonitorScan
+		}
+		if time.Since(lastBit) > monitorIdleAfter && interval < monitorIdleScan {
+			interval = monitorIdleScan
 		}
 		var wait <-chan time.Time
 		if n > 0 && guestSet && interval < time.Millisecond {
@@ -287,7 +303,13 @@ func (h *Host) runMonitor() {
 			}
 		}
 		for g := 0; g < vmbus.MaxMonitorID/32; g++ {
+			if vmbus.MonitorPeek(h.monPage, g) == 0 {
+				continue // a plain load: no write to the guest's cache line
+			}
 			bits := vmbus.MonitorPending(h.monPage, g)
+			if bits != 0 {
+				lastBit = time.Now()
+			}
 			for bits != 0 {
 				b := bits32.TrailingZeros32(bits)
 				bits &^= 1 << b

@@ -68,6 +68,12 @@ func MonitorLatency(page []byte, id int) uint16 {
 	return uint16(atomic.LoadUint32(word32(page, off&^3)) >> (uint32(off&2) * 8))
 }
 
+// MonitorPeek reads the pending bits of trigger group g without clearing
+// them.
+func MonitorPeek(page []byte, g int) uint32 {
+	return atomic.LoadUint32(word32(page, monitorTriggerGroups+8*g))
+}
+
 // MonitorPending atomically takes and clears the pending bits of trigger
 // group g (the host side of the monitor page).
 func MonitorPending(page []byte, g int) uint32 {
