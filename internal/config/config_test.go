@@ -116,3 +116,14 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestContribExampleParses keeps the shipped example valid.
+func TestContribExampleParses(t *testing.T) {
+	c, err := Load("../../contrib/vmbusd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.NICs) != 1 || len(c.HvSock) != 2 {
+		t.Fatalf("example: %+v", c)
+	}
+}
