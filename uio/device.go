@@ -70,6 +70,15 @@ type Device struct {
 	count  atomic.Uint32 // last cumulative count seen
 	closed atomic.Bool
 
+	// The reader's state (one reader at a time): the drain callback is
+	// bound once so that a read allocates nothing, and the cancellation of
+	// the last context Wait saw stays registered across Waits (the
+	// interrupt loop waits with one context for the device's lifetime).
+	dr    drain
+	wmu   sync.Mutex // guards wctx and wstop (Close stops the registration)
+	wctx  context.Context
+	wstop func() bool
+
 	mu   sync.Mutex // guards mems and maps
 	mems [][]byte   // the mappings as mmapped, for munmap
 	maps [][]byte   // mems trimmed to the sysfs sizes
@@ -91,6 +100,8 @@ func newDevice(info Info, path string, conn pollConn, sim bool, mems [][]byte) (
 	if sim {
 		d.msgLen = 8
 	}
+	d.dr.d = d
+	d.dr.fn = d.dr.run
 	d.maps = make([][]byte, len(mems))
 	for i, m := range mems {
 		d.maps[i] = trimMap(m, info.Maps[i].Size)
@@ -154,28 +165,15 @@ func (d *Device) Wait(ctx context.Context) (uint32, error) {
 	if err := ctx.Err(); err != nil {
 		return d.count.Load(), err
 	}
-	if ctx.Done() != nil {
-		// Cancellation expires the read deadline, which wakes the
-		// netpoller; the deadline is cleared again before returning.
-		fired := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			defer close(fired)
-			d.conn.SetReadDeadline(time.Unix(1, 0))
-		})
-		defer func() {
-			if !stop() {
-				<-fired
-			}
-			d.conn.SetReadDeadline(time.Time{})
-		}()
-	}
+	d.watch(ctx)
 	for {
 		c, changed, err := d.read("wait", true)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if cerr := ctx.Err(); cerr != nil {
 				return c, cerr
 			}
-			// Not ours: ctx is cancelled before its AfterFunc runs.
+			// An earlier context's cancellation, or ours before its
+			// Err is visible: clear the deadline and wait on.
 			d.conn.SetReadDeadline(time.Time{})
 			continue
 		}
@@ -185,6 +183,21 @@ func (d *Device) Wait(ctx context.Context) (uint32, error) {
 	}
 }
 
+// watch makes ctx's cancellation expire the read deadline, which wakes the
+// netpoller. The registration is kept for the next Wait with the same ctx.
+func (d *Device) watch(ctx context.Context) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if ctx.Done() == nil || ctx == d.wctx {
+		return
+	}
+	if d.wstop != nil {
+		d.wstop()
+	}
+	d.wctx = ctx
+	d.wstop = context.AfterFunc(ctx, func() { d.conn.SetReadDeadline(time.Unix(1, 0)) })
+}
+
 // Poll reads every queued notification without blocking and returns the
 // newest count and whether it differs from the last one seen. Errors are
 // those of Wait.
@@ -192,43 +205,28 @@ func (d *Device) Poll() (count uint32, changed bool, err error) {
 	if d.closed.Load() {
 		return d.count.Load(), false, d.closedErr("poll")
 	}
-	return d.read("poll", false)
+	c, changed, err := d.read("poll", false)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A context an earlier Wait watched was cancelled since.
+		d.conn.SetReadDeadline(time.Time{})
+		c, changed, err = d.read("poll", false)
+	}
+	return c, changed, err
 }
 
 // read drains queued notifications (at most maxDrain) and, when block is
 // set and none of them changed the count, waits in the netpoller for more.
 // A deadline expiry is returned as os.ErrDeadlineExceeded, unwrapped.
 func (d *Device) read(op string, block bool) (count uint32, changed bool, err error) {
-	last := d.count.Load()
-	newest, got := last, false
-	var buf [8]byte
-	var ioErr error
-	pollErr := d.rc.Read(func(fd uintptr) bool {
-		for range maxDrain {
-			n, err := unix.Read(int(fd), buf[:d.msgLen])
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return !block || (got && newest != last)
-			case err != nil:
-				ioErr = err
-				return true
-			case n == 0:
-				ioErr = io.EOF // the socket's peer closed it
-				return true
-			case n != 4:
-				ioErr = fmt.Errorf("notification of %d bytes, want 4", n)
-				return true
-			}
-			newest, got = binary.LittleEndian.Uint32(buf[:4]), true
-		}
-		return true
-	})
-	if got {
+	r := &d.dr
+	r.block, r.last, r.got, r.ioErr = block, d.count.Load(), false, nil
+	r.newest = r.last
+	pollErr := d.rc.Read(r.fn)
+	newest, last, ioErr := r.newest, r.last, r.ioErr
+	if r.got {
 		d.count.Store(newest)
 	}
-	changed = got && newest != last
+	changed = r.got && newest != last
 	switch {
 	case d.closed.Load() && (pollErr != nil || ioErr != nil):
 		return newest, changed, d.closedErr(op)
@@ -243,6 +241,40 @@ func (d *Device) read(op string, block bool) (count uint32, changed bool, err er
 		return newest, changed, d.ioError(op, ioErr)
 	}
 	return newest, changed, nil
+}
+
+// drain is one read's state; run is called by the netpoller with the fd
+// and reads every queued count, keeping the newest.
+type drain struct {
+	d            *Device
+	fn           func(fd uintptr) bool
+	block, got   bool
+	last, newest uint32
+	ioErr        error
+	buf          [8]byte
+}
+
+func (r *drain) run(fd uintptr) bool {
+	for range maxDrain {
+		n, err := unix.Read(int(fd), r.buf[:r.d.msgLen])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return !r.block || (r.got && r.newest != r.last)
+		case err != nil:
+			r.ioErr = err
+			return true
+		case n == 0:
+			r.ioErr = io.EOF // the socket's peer closed it
+			return true
+		case n != 4:
+			r.ioErr = fmt.Errorf("notification of %d bytes, want 4", n)
+			return true
+		}
+		r.newest, r.got = binary.LittleEndian.Uint32(r.buf[:4]), true
+	}
+	return true
 }
 
 // IRQControl writes the 4-byte irqcontrol value, 1 to enable interrupts or
@@ -269,6 +301,11 @@ func (d *Device) IRQControl(enable bool) error {
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
+		d.wmu.Lock()
+		if d.wstop != nil {
+			d.wstop()
+		}
+		d.wmu.Unlock()
 		err := d.conn.Close()
 		d.mu.Lock()
 		mems := d.mems

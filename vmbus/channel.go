@@ -123,6 +123,9 @@ type Channel struct {
 	wakeRx, wakeTx chan struct{} // one token per device interrupt
 	rxTimer        *time.Timer
 	txTimer        *time.Timer
+	rxReadyFn      func() bool
+	txReadyFn      func() bool
+	txNeed         int // the sending side's wait target
 
 	dead     chan struct{}
 	deadOnce sync.Once
@@ -176,6 +179,7 @@ func NewChannel(cfg ChannelConfig) (*Channel, error) {
 	if cfg.Requests > 0 {
 		c.reqs = NewRequests(cfg.Requests)
 	}
+	c.rxReadyFn, c.txReadyFn = c.rxReady, c.txReady
 	// Masked except while blocked in WaitReadable: the host need not
 	// interrupt a guest that is draining or polling (the kernel masks at
 	// open too before 6.18). A channel without interrupt delivery stays
@@ -391,15 +395,20 @@ func (c *Channel) WaitReadable(ctx context.Context) error {
 		return c.check(err)
 	}
 	if c.cfg.Mode == WaitPoll {
-		return c.spin(ctx, func() bool { return c.in.Available() > 0 || c.in.Err() != nil })
+		return c.spin(ctx, c.rxReadyFn)
 	}
 	if !c.cfg.Interrupts {
-		return c.sleepPoll(ctx, c.rxTimer, func() bool { return c.in.Available() > 0 || c.in.Err() != nil })
+		return c.sleepPoll(ctx, c.rxTimer, c.rxReadyFn)
 	}
 	c.in.SetInterruptMask(false)
 	defer c.in.SetInterruptMask(true)
-	return c.block(ctx, c.wakeRx, c.rxTimer, func() bool { return c.in.Available() > 0 || c.in.Err() != nil })
+	return c.block(ctx, c.wakeRx, c.rxTimer, c.rxReadyFn)
 }
+
+// rxReady and txReady are the conditions the waits test; they are bound to
+// rxReadyFn and txReadyFn once, so that a wait allocates nothing.
+func (c *Channel) rxReady() bool { return c.in.Available() > 0 || c.in.Err() != nil }
+func (c *Channel) txReady() bool { return c.out.Free() > c.txNeed || c.out.Err() != nil }
 
 // WaitWritable returns when the outbound ring has more than need bytes
 // free. Blocked, it asks the host for a signal through pending_send_sz
@@ -412,16 +421,16 @@ func (c *Channel) WaitWritable(ctx context.Context, need int) error {
 		return c.check(err)
 	}
 	c.txFullWaits.add(1)
-	ready := func() bool { return c.out.Free() > need || c.out.Err() != nil }
+	c.txNeed = need
 	if c.cfg.Mode == WaitPoll {
-		return c.spin(ctx, ready)
+		return c.spin(ctx, c.txReadyFn)
 	}
 	if !c.cfg.Interrupts || !c.out.PendingSendSupported() {
-		return c.sleepPoll(ctx, c.txTimer, ready)
+		return c.sleepPoll(ctx, c.txTimer, c.txReadyFn)
 	}
 	c.out.SetPendingSend(need + trailerSize)
 	defer c.out.ClearPendingSend()
-	return c.block(ctx, c.wakeTx, c.txTimer, ready)
+	return c.block(ctx, c.wakeTx, c.txTimer, c.txReadyFn)
 }
 
 func (c *Channel) spin(ctx context.Context, ready func() bool) error {
