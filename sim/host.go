@@ -243,9 +243,10 @@ func (h *Host) runMonitor() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	// Go timers fire about 1 ms late on an idle process, twenty times the
-	// 50 µs DPDK asks for; a latency a guest set below 1 ms is slept on
-	// this goroutine's own thread with an absolute clock_nanosleep and no
-	// timer slack, so the scans keep the guest's cadence.
+	// 50 µs DPDK asks for; a scan interval below 1 ms (the guest's latency
+	// or the 100 µs default) is slept on this goroutine's own thread with
+	// an absolute clock_nanosleep and no timer slack, so the scans keep
+	// their cadence.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
@@ -258,13 +259,11 @@ func (h *Host) runMonitor() {
 	// guests must cope with any).
 	lastBit := time.Now()
 	for {
-		guestSet := false // a guest chose the latency
 		h.mu.Lock()
 		n := len(h.monitored)
 		interval := time.Duration(0)
 		for id := range h.monitored {
 			if lat := vmbus.MonitorLatency(h.monPage, id); lat > 0 {
-				guestSet = true
 				d := time.Duration(lat) * 100 * time.Nanosecond
 				if interval == 0 || d < interval {
 					interval = d
@@ -279,7 +278,7 @@ func (h *Host) runMonitor() {
 			interval = monitorIdleScan
 		}
 		var wait <-chan time.Time
-		if n > 0 && guestSet && interval < time.Millisecond {
+		if n > 0 && interval < time.Millisecond {
 			next = sleepUntilNext(next, interval)
 			select {
 			case <-h.ctx.Done():
