@@ -306,7 +306,7 @@ func tcpTraffic(ctx context.Context, st *demoTraffic) {
 			}
 			continue
 		}
-		echoThrough(ctx, c, &st.tcpBytes, &st.errors)
+		echoThrough(ctx, c, &st.tcpBytes, &st.errors, 0)
 		c.Close()
 	}
 }
@@ -327,7 +327,9 @@ func hvTraffic(ctx context.Context, hv *sim.HvSock, st *demoTraffic) {
 			continue
 		}
 		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
-		echoThrough(lctx, c, &st.hvBytes, &st.errors)
+		// Paced (a 64 KiB block every 5 ms, ~13 MB/s) so that it shows
+		// the service working without taking the CPU from the NIC.
+		echoThrough(lctx, c, &st.hvBytes, &st.errors, 5*time.Millisecond)
 		lcancel()
 		c.CloseWrite()
 		c.Close()
@@ -335,8 +337,8 @@ func hvTraffic(ctx context.Context, hv *sim.HvSock, st *demoTraffic) {
 }
 
 // echoThrough writes random blocks on c and checks each comes back, until
-// ctx ends or the connection fails.
-func echoThrough(ctx context.Context, c net.Conn, n, errs *atomic.Uint64) {
+// ctx ends or the connection fails, pausing pace between blocks.
+func echoThrough(ctx context.Context, c net.Conn, n, errs *atomic.Uint64, pace time.Duration) {
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	out := make([]byte, 64<<10)
@@ -363,6 +365,12 @@ func echoThrough(ctx context.Context, c net.Conn, n, errs *atomic.Uint64) {
 			return
 		}
 		n.Add(uint64(len(out)))
+		if pace > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(pace):
+			}
+		}
 	}
 }
 
