@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"vmbusd/internal/deadline"
 	"vmbusd/vmbus"
 )
 
@@ -47,7 +48,7 @@ type vmbusStream struct {
 	ctx      context.Context // ends at Close
 	cancel   context.CancelFunc
 	closed   atomic.Bool
-	rdl, wdl *deadline
+	rdl, wdl *deadline.Deadline
 
 	rmu      sync.Mutex // the read side
 	rbuf     []byte     // private copy of the packet being delivered
@@ -77,7 +78,7 @@ func newVMBusStream(h *vmbus.Handle, cfg *Config, snd, rcv int) *vmbusStream {
 	return &vmbusStream{
 		h: h, ch: h.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), log: cfg.logger(),
 		snd: snd, rcv: rcv,
-		ctx: ctx, cancel: cancel, rdl: newDeadline(ctx), wdl: newDeadline(ctx),
+		ctx: ctx, cancel: cancel, rdl: deadline.New(ctx), wdl: deadline.New(ctx),
 		rbuf: make([]byte, MaxPacketBody),
 	}
 }
@@ -112,7 +113,7 @@ func (s *vmbusStream) Read(b []byte) (int, error) {
 		s.discardLocked()
 		return 0, io.EOF
 	}
-	ctx := s.rdl.context()
+	ctx := s.rdl.Context()
 	if ctx.Err() != nil {
 		return 0, s.ctxErr()
 	}
@@ -277,7 +278,7 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 	if err := s.ch.Err(); err != nil {
 		return 0, s.writeErr(err)
 	}
-	ctx := s.wdl.context()
+	ctx := s.wdl.Context()
 	if ctx.Err() != nil {
 		return 0, s.ctxErr()
 	}
@@ -378,8 +379,8 @@ func (s *vmbusStream) Close() error {
 		first = true
 		s.closed.Store(true)
 		s.cancel() // blocked Reads and Writes return now
-		s.rdl.stop()
-		s.wdl.stop()
+		s.rdl.Stop()
+		s.wdl.Stop()
 		s.shutdown()
 	})
 	if !first {
@@ -435,7 +436,7 @@ func (s *vmbusStream) SetReadDeadline(t time.Time) error {
 	if s.closed.Load() {
 		return net.ErrClosed
 	}
-	s.rdl.set(t)
+	s.rdl.Set(t)
 	return nil
 }
 
@@ -443,7 +444,7 @@ func (s *vmbusStream) SetWriteDeadline(t time.Time) error {
 	if s.closed.Load() {
 		return net.ErrClosed
 	}
-	s.wdl.set(t)
+	s.wdl.Set(t)
 	return nil
 }
 

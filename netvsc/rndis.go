@@ -29,10 +29,10 @@ const (
 	RNDISMsgHalt            RNDISType = 0x00000003 // no completion
 	RNDISMsgQuery           RNDISType = 0x00000004
 	RNDISMsgSet             RNDISType = 0x00000005
-	RNDISMsgReset           RNDISType = 0x00000006 // openvmm: not implemented
+	RNDISMsgReset           RNDISType = 0x00000006 // openvmm does not implement it
 	RNDISMsgIndicateStatus  RNDISType = 0x00000007 // device to host only
 	RNDISMsgKeepalive       RNDISType = 0x00000008
-	RNDISMsgSetEx           RNDISType = 0x00000009 // openvmm: not implemented
+	RNDISMsgSetEx           RNDISType = 0x00000009 // openvmm does not implement it
 	RNDISMsgInitializeCmplt RNDISType = 0x80000002
 	RNDISMsgQueryCmplt      RNDISType = 0x80000004
 	RNDISMsgSetCmplt        RNDISType = 0x80000005

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"vmbusd/hvsock"
+	"vmbusd/internal/deadline"
 	"vmbusd/vmbus"
 )
 
@@ -50,7 +51,7 @@ type HvSockConn struct {
 	ctx      context.Context // ends at Close or with the session
 	cancel   context.CancelFunc
 	closed   atomic.Bool
-	rdl, wdl *hostDeadline
+	rdl, wdl *deadline.Deadline
 
 	rmu     sync.Mutex
 	cur     []byte
@@ -81,7 +82,7 @@ func newHvSockConn(o *hvOffer, s *Session) *HvSockConn {
 	c.local = &hvsock.Addr{ContextID: hvsock.CIDHost, Port: hostPort, Transport: hvsock.TransportVMBus}
 	c.remote = &hvsock.Addr{ContextID: hvsock.CIDAny, Port: guestPort, Transport: hvsock.TransportVMBus}
 	c.ctx, c.cancel = context.WithCancel(s.Context())
-	c.rdl, c.wdl = newHostDeadline(c.ctx), newHostDeadline(c.ctx)
+	c.rdl, c.wdl = deadline.New(c.ctx), deadline.New(c.ctx)
 	return c
 }
 
@@ -166,7 +167,7 @@ func (c *HvSockConn) Read(b []byte) (int, error) {
 	if c.finRcvd { // the end of the stream stays the end, rescind or not
 		return 0, io.EOF
 	}
-	ctx := c.rdl.context()
+	ctx := c.rdl.Context()
 	if ctx.Err() != nil && c.sess.Context().Err() == nil {
 		return 0, c.opErr("read", c.ctxErr())
 	}
@@ -245,7 +246,7 @@ func (c *HvSockConn) Write(b []byte) (int, error) {
 	case c.finSent:
 		return 0, c.opErr("write", syscall.EPIPE)
 	}
-	ctx := c.wdl.context()
+	ctx := c.wdl.Context()
 	if ctx.Err() != nil {
 		return 0, c.opErr("write", c.ctxErr())
 	}
@@ -375,8 +376,8 @@ func (c *HvSockConn) Close() error {
 		return c.opErr("close", net.ErrClosed)
 	}
 	c.cancel()
-	c.rdl.stop()
-	c.wdl.stop()
+	c.rdl.Stop()
+	c.wdl.Stop()
 	fctx, cancel := context.WithTimeout(c.sess.Context(), closeFINWait)
 	c.wmu.Lock()
 	c.sendFINLocked(fctx)
@@ -452,8 +453,8 @@ func (c *HvSockConn) detach() {
 	c.ring.Lock()
 	c.detached = true
 	c.ring.Unlock()
-	c.rdl.stop()
-	c.wdl.stop()
+	c.rdl.Stop()
+	c.wdl.Stop()
 	c.doneMu.Lock()
 	c.guestDone, c.hostDone, c.ending = true, true, true
 	c.doneMu.Unlock()
@@ -476,7 +477,7 @@ func (c *HvSockConn) SetReadDeadline(t time.Time) error {
 	if c.closed.Load() {
 		return c.opErr("set", net.ErrClosed)
 	}
-	c.rdl.set(t)
+	c.rdl.Set(t)
 	return nil
 }
 
@@ -485,7 +486,7 @@ func (c *HvSockConn) SetWriteDeadline(t time.Time) error {
 	if c.closed.Load() {
 		return c.opErr("set", net.ErrClosed)
 	}
-	c.wdl.set(t)
+	c.wdl.Set(t)
 	return nil
 }
 
@@ -533,66 +534,4 @@ func (c *HvSockConn) InjectMalformed(kind hvsock.FrameKind) error {
 		return err
 	}
 	return c.ch.Flush()
-}
-
-// hostDeadline is a net.Conn deadline as a context: cancelled when the
-// deadline passes or its parent ends; re-armed in place until it fires.
-type hostDeadline struct {
-	parent context.Context
-	mu     sync.Mutex
-	ctx    context.Context
-	cancel context.CancelFunc
-	timer  *time.Timer
-	gen    uint64
-}
-
-func newHostDeadline(parent context.Context) *hostDeadline {
-	d := &hostDeadline{parent: parent}
-	d.ctx, d.cancel = context.WithCancel(parent)
-	return d
-}
-
-func (d *hostDeadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.gen++
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	if d.ctx.Err() != nil && d.parent.Err() == nil {
-		d.ctx, d.cancel = context.WithCancel(d.parent)
-	}
-	if t.IsZero() {
-		return
-	}
-	if dur := time.Until(t); dur > 0 {
-		gen, cancel := d.gen, d.cancel
-		d.timer = time.AfterFunc(dur, func() {
-			d.mu.Lock()
-			if d.gen == gen {
-				cancel()
-			}
-			d.mu.Unlock()
-		})
-		return
-	}
-	d.cancel()
-}
-
-func (d *hostDeadline) context() context.Context {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ctx
-}
-
-func (d *hostDeadline) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.gen++
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	d.cancel()
 }

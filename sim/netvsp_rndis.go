@@ -107,7 +107,7 @@ func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) netvsc.NVSPStatu
 		ss.publish(func(c *sessCfg) { c.rndisReady, c.stopped = false, true })
 		ss.log.Info("RNDIS halted")
 	case netvsc.RNDISMsgReset:
-		// openvmm: not implemented.
+		// openvmm does not implement it.
 		ss.reply(netvsc.RNDISResetCmplt{Status: netvsc.RNDISStatusNotSupported}.Marshal(nil))
 	case netvsc.RNDISMsgKeepalive:
 		var m netvsc.RNDISKeepalive
@@ -116,7 +116,7 @@ func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) netvsc.NVSPStatu
 		}
 		ss.reply(netvsc.RNDISKeepaliveCmplt{RequestID: m.RequestID, Status: netvsc.RNDISStatusSuccess}.Marshal(nil))
 	case netvsc.RNDISMsgSetEx:
-		// openvmm: not implemented. The answer has SET_CMPLT's layout.
+		// openvmm does not implement it. The answer has SET_CMPLT's layout.
 		var m netvsc.RNDISSet
 		if err := m.Unmarshal(b); err != nil {
 			return bad(err)

@@ -1,4 +1,7 @@
-package hvsock
+// Package deadline turns net.Conn deadlines into contexts, for connections
+// whose blocked operations wait on channels rather than file descriptors
+// (hv_sock over VMBus, on both the guest's and the simulated host's side).
+package deadline
 
 import (
 	"context"
@@ -6,13 +9,13 @@ import (
 	"time"
 )
 
-// deadline turns a net.Conn deadline into a context that blocked waits can
+// Deadline turns a net.Conn deadline into a context that blocked waits can
 // select on: it is cancelled when the deadline passes or when its parent
 // (the connection's lifetime) ends. Setting a new deadline re-arms the same
 // context while it has not fired, so an operation already waiting sees the
 // change; once it has fired, the next operation gets a fresh one. Safe for
-// concurrent use; the zero value is not usable (newDeadline).
-type deadline struct {
+// concurrent use; the zero value is not usable (New).
+type Deadline struct {
 	parent context.Context
 
 	mu     sync.Mutex
@@ -22,14 +25,15 @@ type deadline struct {
 	gen    uint64 // bumped on every set, so a stale timer cannot fire
 }
 
-func newDeadline(parent context.Context) *deadline {
-	d := &deadline{parent: parent}
+// New returns a disarmed deadline whose context ends with parent.
+func New(parent context.Context) *Deadline {
+	d := &Deadline{parent: parent}
 	d.ctx, d.cancel = context.WithCancel(parent)
 	return d
 }
 
-// set arms the deadline at t; the zero time disarms it.
-func (d *deadline) set(t time.Time) {
+// Set arms the deadline at t; the zero time disarms it.
+func (d *Deadline) Set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen++
@@ -58,15 +62,15 @@ func (d *deadline) set(t time.Time) {
 	})
 }
 
-// context returns the context of the current deadline.
-func (d *deadline) context() context.Context {
+// Context returns the context of the current deadline.
+func (d *Deadline) Context() context.Context {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.ctx
 }
 
-// stop releases the timer (the connection is closed).
-func (d *deadline) stop() {
+// Stop releases the timer and cancels (the connection is closed).
+func (d *Deadline) Stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen++
