@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"vmbusd/internal/csum"
 	"vmbusd/vmbus"
 )
 
@@ -187,11 +188,11 @@ func TestSegmentChecksums(t *testing.T) {
 		seg[i] = byte(i)
 	}
 	fixTCPSegment(seg, etherTypeIPv4, 14, 34, 1448, 1, true, false)
-	if csumFold(csumAdd(0, seg[14:34])) != 0xffff {
+	if csum.Fold(csum.Add(0, seg[14:34])) != 0xffff {
 		t.Errorf("IPv4 header checksum does not verify")
 	}
-	sum := csumAdd(0, seg[26:34]) + protoTCP + uint32(len(seg)-34)
-	if csumFold(csumAdd(sum, seg[34:])) != 0xffff {
+	sum := csum.Add(0, seg[26:34]) + protoTCP + uint32(len(seg)-34)
+	if csum.Fold(csum.Add(sum, seg[34:])) != 0xffff {
 		t.Errorf("TCP checksum does not verify")
 	}
 	if binary.BigEndian.Uint32(seg[38:]) != 1448 {

@@ -1,6 +1,10 @@
 package netvsc
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"vmbusd/internal/csum"
+)
 
 // Software segmentation, for frames larger than the MTU when no GPA pool
 // lets the host do LSO (netvsc.md §4): TCP is cut into MSS-sized segments
@@ -111,7 +115,7 @@ func (q *Queue) segment(p *Packet, info *PacketInfo) bool {
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-l3))
 		binary.BigEndian.PutUint16(ip[6:], fo)
 		binary.BigEndian.PutUint16(ip[10:], 0)
-		binary.BigEndian.PutUint16(ip[10:], ^csumFold(csumAdd(0, ip)))
+		binary.BigEndian.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip)))
 		q.copyPiece(seg, &sub)
 	}
 	q.txDone = append(q.txDone, p)
@@ -149,7 +153,7 @@ func fixTCPSegment(seg []byte, et uint16, l3, l4 int, delta uint32, idx int, las
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-l3))
 		binary.BigEndian.PutUint16(ip[4:], binary.BigEndian.Uint16(ip[4:])+uint16(idx))
 		binary.BigEndian.PutUint16(ip[10:], 0)
-		binary.BigEndian.PutUint16(ip[10:], ^csumFold(csumAdd(0, ip)))
+		binary.BigEndian.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip)))
 	} else {
 		binary.BigEndian.PutUint16(seg[l3+4:], uint16(len(seg)-l4))
 	}
@@ -164,30 +168,11 @@ func fixTCPSegment(seg []byte, et uint16, l3, l4 int, delta uint32, idx int, las
 	binary.BigEndian.PutUint16(tcp[16:], 0)
 	var sum uint32
 	if et == etherTypeIPv4 {
-		sum = csumAdd(sum, seg[l3+12:l3+20])
+		sum = csum.Add(sum, seg[l3+12:l3+20])
 	} else {
-		sum = csumAdd(sum, seg[l3+8:l3+40])
+		sum = csum.Add(sum, seg[l3+8:l3+40])
 	}
 	sum += protoTCP + uint32(len(tcp))
-	sum = csumAdd(sum, tcp)
-	binary.BigEndian.PutUint16(tcp[16:], ^csumFold(sum))
-}
-
-// csumAdd adds b to a one's-complement running sum.
-func csumAdd(sum uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	return sum
-}
-
-func csumFold(sum uint32) uint16 {
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return uint16(sum)
+	sum = csum.Add(sum, tcp)
+	binary.BigEndian.PutUint16(tcp[16:], ^csum.Fold(sum))
 }

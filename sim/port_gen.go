@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"vmbusd/internal/csum"
 )
 
 // GeneratorConfig describes the traffic a Generator sends to the guest.
@@ -136,7 +138,7 @@ func (g *Generator) genFrame(b []byte, mac net.HardwareAddr, flow int, seq uint6
 	s, d := g.cfg.SrcIP.As4(), g.cfg.DstIP.As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
-	be.PutUint16(ip[10:], csumFold(csumAdd(0, ip[:20])))
+	be.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip[:20])))
 	u := ip[20:]
 	be.PutUint16(u[0:], uint16(1024+flow))
 	be.PutUint16(u[2:], 9) // discard

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"vmbusd/internal/csum"
 	"vmbusd/netvsc"
 	"vmbusd/vmbus"
 )
@@ -142,10 +143,10 @@ func (g *tguest) answerPings(ctx context.Context, ip netip.Addr) (answered int) 
 					copy(reply[fl.l3+16:fl.l3+20], fr[fl.l3+12:fl.l3+16])
 					icmp := reply[fl.l4off:]
 					icmp[0], icmp[2], icmp[3] = 0, 0, 0
-					be.PutUint16(icmp[2:], csumFold(csumAdd(0, icmp)))
+					be.PutUint16(icmp[2:], ^csum.Fold(csum.Add(0, icmp)))
 					h := reply[fl.l3:fl.l4off]
 					h[10], h[11] = 0, 0
-					be.PutUint16(h[10:], csumFold(csumAdd(0, h)))
+					be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 					answered++
 				}
 			}

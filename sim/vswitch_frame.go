@@ -12,6 +12,7 @@ import (
 	"errors"
 	"net/netip"
 
+	"vmbusd/internal/csum"
 	"vmbusd/netvsc"
 )
 
@@ -164,29 +165,10 @@ func rssInput(key []byte, types netvsc.HashInfo, f []byte) (hash uint32, typ net
 	return 0, 0, false
 }
 
-// csumAdd adds b to a running one's-complement sum.
-func csumAdd(sum uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	return sum
-}
-
-func csumFold(sum uint32) uint16 {
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
-}
-
 // pseudoSum is the transport checksum's pseudo-header sum.
 func pseudoSum(fl *flow, proto uint8, l4len int) uint32 {
-	s := csumAdd(0, fl.src)
-	s = csumAdd(s, fl.dst)
+	s := csum.Add(0, fl.src)
+	s = csum.Add(s, fl.dst)
 	s += uint32(proto)
 	if fl.v6 {
 		s += uint32(l4len>>16) + uint32(l4len&0xffff)
@@ -205,7 +187,7 @@ func rxChecksum(f []byte) netvsc.RxChecksum {
 	}
 	var c netvsc.RxChecksum
 	if !fl.v6 {
-		if csumFold(csumAdd(0, f[fl.l3:fl.l4off])) == 0 {
+		if ^csum.Fold(csum.Add(0, f[fl.l3:fl.l4off])) == 0 {
 			c |= netvsc.RxChecksumIPOK
 		} else {
 			c |= netvsc.RxChecksumIPFailed
@@ -214,7 +196,7 @@ func rxChecksum(f []byte) netvsc.RxChecksum {
 	seg := f[fl.l4off:fl.l4end]
 	switch fl.l4 {
 	case ipProtoTCP:
-		if csumFold(csumAdd(pseudoSum(&fl, ipProtoTCP, len(seg)), seg)) == 0 {
+		if ^csum.Fold(csum.Add(pseudoSum(&fl, ipProtoTCP, len(seg)), seg)) == 0 {
 			c |= netvsc.RxChecksumTCPOK
 		} else {
 			c |= netvsc.RxChecksumTCPFailed
@@ -223,7 +205,7 @@ func rxChecksum(f []byte) netvsc.RxChecksum {
 		switch {
 		case !fl.v6 && be.Uint16(seg[6:]) == 0: // no checksum (IPv4 only)
 			c |= netvsc.RxChecksumUDPOK
-		case csumFold(csumAdd(pseudoSum(&fl, ipProtoUDP, len(seg)), seg)) == 0:
+		case ^csum.Fold(csum.Add(pseudoSum(&fl, ipProtoUDP, len(seg)), seg)) == 0:
 			c |= netvsc.RxChecksumUDPOK
 		default:
 			c |= netvsc.RxChecksumUDPFailed
@@ -255,7 +237,7 @@ func applyTxChecksum(f []byte, c netvsc.TxChecksum) error {
 	if c&netvsc.TxChecksumIPHeader != 0 && !fl.v6 {
 		h := f[fl.l3:fl.l4off]
 		h[10], h[11] = 0, 0
-		be.PutUint16(h[10:], csumFold(csumAdd(0, h)))
+		be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 	}
 	var proto uint8
 	switch {
@@ -278,7 +260,7 @@ func applyTxChecksum(f []byte, c netvsc.TxChecksum) error {
 		at = 6
 	}
 	seg[at], seg[at+1] = 0, 0
-	sum := csumFold(csumAdd(pseudoSum(&fl, proto, len(seg)), seg))
+	sum := ^csum.Fold(csum.Add(pseudoSum(&fl, proto, len(seg)), seg))
 	if proto == ipProtoUDP && sum == 0 {
 		sum = 0xffff
 	}
@@ -346,7 +328,7 @@ func segmentLSO(f []byte, fl flow, mss int, add func(n int) []byte) {
 			be.PutUint16(h[2:], uint16(len(seg)-fl.l3))
 			be.PutUint16(h[4:], id+uint16(i))
 			h[10], h[11] = 0, 0
-			be.PutUint16(h[10:], csumFold(csumAdd(0, h)))
+			be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 		} else {
 			be.PutUint16(seg[fl.l3+4:], uint16(len(seg)-fl.l4off))
 		}
@@ -361,7 +343,7 @@ func segmentLSO(f []byte, fl flow, mss int, add func(n int) []byte) {
 		}
 		t[13] = fl2
 		t[16], t[17] = 0, 0
-		be.PutUint16(t[16:], csumFold(csumAdd(pseudoSum(&s, ipProtoTCP, len(t)), t)))
+		be.PutUint16(t[16:], ^csum.Fold(csum.Add(pseudoSum(&s, ipProtoTCP, len(t)), t)))
 		off += n
 	}
 }
