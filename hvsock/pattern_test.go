@@ -28,21 +28,6 @@ func fillPattern(b []byte, seed, off uint64) {
 	}
 }
 
-// patternReader yields n bytes of a stream in randomly sized reads.
-type patternReader struct {
-	seed, off, n uint64
-}
-
-func (r *patternReader) Read(b []byte) (int, error) {
-	if r.off >= r.n {
-		return 0, io.EOF
-	}
-	k := min(uint64(len(b)), r.n-r.off)
-	fillPattern(b[:k], r.seed, r.off)
-	r.off += k
-	return int(k), nil
-}
-
 // patternChecker verifies a stream as it is written to it.
 type patternChecker struct {
 	seed, off uint64

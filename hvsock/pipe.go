@@ -177,7 +177,7 @@ func (s *vmbusStream) fillLocked(b []byte) int {
 // reports false when there is none (ring empty, FIN seen, or the host broke
 // the protocol, which sets s.rerr).
 func (s *vmbusStream) nextLocked() bool {
-	for !s.finRcvd && s.rerr == nil {
+	if !s.finRcvd && s.rerr == nil {
 		p, err := s.ch.In().Read(s.rbuf)
 		if err == vmbus.ErrRingEmpty {
 			return false

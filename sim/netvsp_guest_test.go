@@ -54,11 +54,10 @@ func (p *gpkt) xfer() (set uint16, ranges []xferRange) {
 }
 
 type tguestOpts struct {
-	nic     NICConfig
-	prof    Profile
-	noOpen  bool
-	maxPkt  int
-	logHost bool
+	nic    NICConfig
+	prof   Profile
+	noOpen bool
+	maxPkt int
 }
 
 type tguest struct {

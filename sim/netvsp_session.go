@@ -167,15 +167,6 @@ func newNICSession(ctx context.Context, n *NIC, s *Session) (*nicSession, error)
 
 func (ss *nicSession) channels() []*nicChan { return *ss.chans.Load() }
 
-// channel returns the channel with sub-channel index q, or nil.
-func (ss *nicSession) channel(q int) *nicChan {
-	cs := ss.channels()
-	if q < 0 || q >= len(cs) {
-		return nil
-	}
-	return cs[q]
-}
-
 func (ss *nicSession) publish(f func(c *sessCfg)) {
 	c := *ss.cfg.Load()
 	f(&c)

@@ -222,7 +222,7 @@ func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 	if p, ok := g.read(0, 100*time.Millisecond); ok {
 		t.Fatalf("host sent %v (tid %d) with every sub-allocation outstanding", p.typ, p.tid)
 	}
-	if st := g.nic.Stats(); st.PerChannel != nil && len(st.PerChannel) > 0 && st.PerChannel[0].Unacked == 0 {
+	if st := g.nic.Stats(); len(st.PerChannel) > 0 && st.PerChannel[0].Unacked == 0 {
 		t.Errorf("no unacked packets counted: %+v", st.PerChannel)
 	}
 	seen := map[uint64]bool{}

@@ -58,7 +58,6 @@ func PumpObserved(ctx context.Context, src PacketSource, dst PacketSink, burst i
 // concurrent use (one per forwarding goroutine).
 type SteeredSink struct {
 	NIC   *netvsc.NIC
-	batch map[*netvsc.Queue][]*netvsc.Packet
 	short *netvsc.Queue
 }
 

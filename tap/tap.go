@@ -19,7 +19,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -67,7 +66,6 @@ type Device struct {
 	gso    bool
 	mtu    int
 	closed atomic.Bool
-	mu     sync.Mutex
 }
 
 // Create creates a multi-queue TAP (IFF_TAP|IFF_MULTI_QUEUE|IFF_NO_PI,

@@ -57,9 +57,6 @@ const (
 	// CorruptCompletion: a completion whose transaction id matches no
 	// outstanding request.
 	CorruptCompletion
-	// CorruptTrailer is reserved for readers that check the trailer word;
-	// Linux and DPDK ignore it, and so do we, so it is never returned.
-	corruptTrailer
 )
 
 var corruptNames = [...]string{
@@ -73,7 +70,6 @@ var corruptNames = [...]string{
 	CorruptFlags:       "packet flags",
 	CorruptRanges:      "range table",
 	CorruptCompletion:  "completion id",
-	corruptTrailer:     "trailer",
 }
 
 // String returns a short name for the kind, used as a metric label.

@@ -112,10 +112,10 @@ func runRingDemo(ctx context.Context, args []string, out io.Writer) error {
 }
 
 type liveSample struct {
-	at                        time.Time
-	echoed, bytes             uint64
-	signals, interrupts, cpuN int64
-	stats                     vmbus.ChannelStats
+	at               time.Time
+	echoed, bytes    uint64
+	interrupts, cpuN int64
+	stats            vmbus.ChannelStats
 }
 
 func (s *liveSample) take(p *echo.Pump, hd *vmbus.Handle) {

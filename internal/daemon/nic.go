@@ -397,7 +397,7 @@ func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 				if obs != nil {
 					o = func(p []*netvsc.Packet) { obs(true, i, p) }
 				}
-				if err := tap.PumpObserved(pctx, q, sink, 64, nil, o); err != nil && pctx.Err() == nil {
+				if err := tap.PumpObserved(pctx, q, sink, 64, nil, o); pctx.Err() == nil {
 					r.log.Debug("forward pump stopped", "queue", i, "err", err)
 				}
 				cancel()
