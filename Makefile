@@ -16,9 +16,12 @@ build:
 	$(GO) build -o $(OUT)/vmbusd ./cmd/vmbusd
 	$(GO) build -o $(OUT)/ringbench ./cmd/ringbench
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # Unit, integration and cross-process tests, with the race detector.
 unit:
