@@ -196,7 +196,7 @@ loop:
 			return fmt.Errorf("vmbusd stopped: %v", err)
 		case <-tick.C:
 			cur := takeDemoSample(d, st)
-			line := cur.line(prev)
+			line := cur.line(prev, useTAP)
 			prev = cur
 			if tty {
 				fmt.Fprintf(out, "\r%s\033[K", line)
@@ -268,12 +268,16 @@ func takeDemoSample(d *daemon.Daemon, st *demoTraffic) demoSample {
 	return s
 }
 
-func (s demoSample) line(p demoSample) string {
+func (s demoSample) line(p demoSample, tcp bool) string {
 	dt := s.at.Sub(p.at).Seconds()
 	rate := func(a, b uint64) float64 { return float64(a-b) / dt }
-	return fmt.Sprintf("NIC rx %7.0f pkt/s %7.1f Mb/s  tx %7.0f pkt/s %7.1f Mb/s | TCP echo %6.1f MB/s | hv_sock echo %6.1f MB/s | CPU %3.0f%%",
+	tcpCol := "TCP echo    n/a   "
+	if tcp {
+		tcpCol = fmt.Sprintf("TCP echo %6.1f MB/s", rate(s.tcp, p.tcp)/1e6)
+	}
+	return fmt.Sprintf("NIC rx %7.0f pkt/s %7.1f Mb/s  tx %7.0f pkt/s %7.1f Mb/s | %s | hv_sock echo %6.1f MB/s | CPU %3.0f%%",
 		rate(s.rxPkts, p.rxPkts), rate(s.rxBytes, p.rxBytes)*8/1e6, rate(s.txPkts, p.txPkts), rate(s.txBytes, p.txBytes)*8/1e6,
-		rate(s.tcp, p.tcp)/1e6, rate(s.hv, p.hv)/1e6, float64(s.cpu-p.cpu)/1e9/dt*100)
+		tcpCol, rate(s.hv, p.hv)/1e6, float64(s.cpu-p.cpu)/1e9/dt*100)
 }
 
 // tcpTraffic runs an echo server in the guest's namespace (behind vmbusd's
