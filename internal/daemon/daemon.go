@@ -45,6 +45,9 @@ type Options struct {
 	Notify func(state string)
 	// NoRestore skips giving back devices recorded by an earlier run.
 	NoRestore bool
+	// ProbeInterval and ProbeTimeout tune the liveness probe of each NIC
+	// (a control request the host must answer); 0 means the defaults.
+	ProbeInterval, ProbeTimeout time.Duration
 }
 
 // Daemon is one run of the service. Create it with New; Run it once.
@@ -57,6 +60,8 @@ type Daemon struct {
 	fwds   []*fwdRunner
 	start  time.Time
 	notify func(string)
+
+	probeInterval, probeTimeout time.Duration
 
 	mu        sync.Mutex
 	metricsAt string // the metrics listener's address, once listening
@@ -71,6 +76,13 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: opts.Config, log: log, opts: opts, start: time.Now(), ready: make(chan struct{})}
 	d.notify = opts.Notify
+	d.probeInterval, d.probeTimeout = opts.ProbeInterval, opts.ProbeTimeout
+	if d.probeInterval <= 0 {
+		d.probeInterval = DefaultProbeInterval
+	}
+	if d.probeTimeout <= 0 {
+		d.probeTimeout = DefaultProbeTimeout
+	}
 	if d.notify == nil {
 		d.notify = func(state string) { sddaemon.SdNotify(false, state) }
 	}
@@ -223,13 +235,21 @@ func (d *Daemon) watchdog(ctx context.Context) {
 	}
 }
 
-// stuck names a NIC supervisor that has not reported for longer than
-// limit, or returns "".
+// stuck names a NIC whose supervisor has not reported for longer than
+// limit, or that is up while its host has not answered a liveness probe for
+// several probe intervals (its supervisor should have reset it by then), or
+// returns "".
 func (d *Daemon) stuck(limit time.Duration) string {
 	now := time.Now()
+	probeLimit := d.probeInterval*(probeLimit+2) + d.probeTimeout
 	for _, r := range d.nics {
 		if now.Sub(r.lastBeat()) > limit {
 			return r.name()
+		}
+		if r.status().State == stateUp {
+			if p := r.probed.Load(); p != 0 && now.Sub(time.Unix(0, p)) > probeLimit {
+				return r.name()
+			}
 		}
 	}
 	return ""

@@ -30,6 +30,8 @@ type rig struct {
 	cancel context.CancelFunc
 	done   chan error
 	notes  *notes
+	// probeInterval is the daemon's liveness probe interval (0: default).
+	probeInterval time.Duration
 }
 
 type notes struct {
@@ -92,7 +94,8 @@ func (r *rig) start(t *testing.T) {
 		{Device: "eth1", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth2", Bind: &tru},
 		{Device: "eth2", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth1", Bind: &tru},
 	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add})
+	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add,
+		ProbeInterval: r.probeInterval, ProbeTimeout: r.probeInterval / 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,4 +272,22 @@ func get(t *testing.T, addr, path string) (int, string) {
 	}
 	_, body, _ := strings.Cut(s, "\r\n\r\n")
 	return code, body
+}
+
+func TestHostThatStopsAnsweringIsReset(t *testing.T) {
+	r := newRig(t)
+	r.probeInterval = 100 * time.Millisecond
+	r.start(t)
+	waitFor(t, "both up", func() bool { return r.nicState("eth1").State == "up" && r.nicState("eth2").State == "up" })
+	// The host's control path goes slow: the probes time out.
+	r.a.SetControlDelay(time.Second)
+	waitFor(t, "eth1 reset by the liveness probe", func() bool { return r.nicState("eth1").Resets > 0 })
+	if st := r.nicState("eth1"); !strings.Contains(st.Error, "stopped answering") && st.State != "up" {
+		t.Logf("eth1 state after the probe: %+v", st)
+	}
+	r.a.SetControlDelay(0)
+	waitFor(t, "eth1 up again", func() bool { return r.nicState("eth1").State == "up" })
+	if r.nicState("eth2").Resets != 0 {
+		t.Fatalf("eth2 reset too: %+v", r.nicState("eth2"))
+	}
 }

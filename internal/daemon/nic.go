@@ -19,6 +19,14 @@ import (
 	"vmbusd/vmbus"
 )
 
+// The liveness probe of a running NIC (incarnation): every interval a
+// control request; probeLimit failures in a row reset the NIC.
+const (
+	DefaultProbeInterval = 10 * time.Second
+	DefaultProbeTimeout  = 5 * time.Second
+	probeLimit           = 3
+)
+
 // NIC states, as /readyz, `vmbusd status` and metrics show them.
 const (
 	stateStarting = "starting"
@@ -58,6 +66,8 @@ type nicRunner struct {
 	peer *nicRunner
 	cap  captureHub
 	beat atomic.Int64
+	// probed is when the host last answered the liveness probe.
+	probed atomic.Int64
 
 	mu        sync.Mutex
 	st        NICStatus
@@ -323,9 +333,10 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 	r.setState(stateUp, nil)
 	up()
 
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(min(time.Second, r.d.probeInterval))
 	defer t.Stop()
 	var failure error
+	lastProbe, probeFails := time.Now(), 0
 loop:
 	for {
 		r.heartbeat()
@@ -345,6 +356,27 @@ loop:
 			}
 			break loop
 		case <-t.C:
+		}
+		// Liveness of the device itself: a control request through the
+		// primary channel, answered by the host, now and then. A NIC
+		// whose host stops answering is reset rather than left hanging.
+		if time.Since(lastProbe) >= r.d.probeInterval {
+			lastProbe = time.Now()
+			pctx, cancel := context.WithTimeout(ctx, r.d.probeTimeout)
+			_, err := nic.QueryLink(pctx)
+			cancel()
+			switch {
+			case err == nil:
+				probeFails = 0
+				r.probed.Store(time.Now().UnixNano())
+			case ctx.Err() == nil && nic.Err() == nil:
+				probeFails++
+				r.log.Warn("liveness probe failed", "err", err, "consecutive", probeFails)
+				if probeFails >= probeLimit {
+					failure = fmt.Errorf("the host stopped answering control requests: %w", err)
+					break loop
+				}
+			}
 		}
 	}
 	r.setState(stateStopped, failure)
