@@ -330,6 +330,7 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 		r.log.Info("NIC forwarding", "to", r.cfg.Peer, "queues", len(nic.Queues()))
 	}
 	r.setNIC(nic)
+	r.probed.Store(time.Now().UnixNano()) // bring-up answered the host's questions
 	r.setState(stateUp, nil)
 	up()
 
