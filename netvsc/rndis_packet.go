@@ -1,6 +1,5 @@
 package netvsc
 
-
 // The RNDIS PACKET_MSG (netvsc.md §3.3): the data path's message, one per
 // frame, with per-packet info between its header and the frame.
 
