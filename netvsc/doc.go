@@ -10,7 +10,7 @@
 // It knows nothing of TAP devices, netlink or Prometheus: cmd/vmbusd attaches
 // the NIC to the host network stack and exports its counters.
 //
-// The wire-format half (nvsp.go, rndis.go, ppi.go, oid.go) is shared by the
+// The wire-format half (nvsp*.go, rndis*.go, ppi.go, oid.go, rss.go) is shared by the
 // guest driver and by sim/'s NetVSP, so every message can be both encoded
 // and decoded: the guest encodes requests and decodes responses, the host
 // the reverse. Facts and offsets come from the project's protocol reference
