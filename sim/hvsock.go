@@ -276,11 +276,21 @@ func (hv *HvSock) violation(dev vmbus.GUID, what string) {
 
 // runTL accepts R/dev/vmbus-tl connections, one goroutine each.
 func (hv *HvSock) runTL() {
+	hv.acceptLoop(hv.tl, "connect-request loop", func(c *net.UnixConn) {
+		hv.tlConns[c] = struct{}{}
+	}, hv.serveTL)
+}
+
+// acceptLoop accepts on ln until it is closed, handing each connection to
+// serve on its own goroutine (which must call hv.wg.Done). track, when
+// not nil, runs under hv.mu before serve starts; a connection arriving
+// after Close is dropped.
+func (hv *HvSock) acceptLoop(ln *net.UnixListener, what string, track func(*net.UnixConn), serve func(*net.UnixConn)) {
 	defer hv.wg.Done()
-	hv.log.Debug("hv_sock connect-request loop started")
-	defer hv.log.Debug("hv_sock connect-request loop stopped")
+	hv.log.Debug("hv_sock "+what+" started", "socket", ln.Addr().String())
+	defer hv.log.Debug("hv_sock "+what+" stopped", "socket", ln.Addr().String())
 	for {
-		c, err := hv.tl.AcceptUnix()
+		c, err := ln.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -294,10 +304,12 @@ func (hv *HvSock) runTL() {
 			c.Close()
 			continue
 		}
-		hv.tlConns[c] = struct{}{}
+		if track != nil {
+			track(c)
+		}
 		hv.wg.Add(1)
 		hv.mu.Unlock()
-		go hv.serveTL(c)
+		go serve(c)
 	}
 }
 

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,31 +29,10 @@ const connectLineTimeout = 10 * time.Second
 
 // runFront accepts front-end connections.
 func (hv *HvSock) runFront() {
-	defer hv.wg.Done()
-	hv.log.Debug("hv_sock front end started", "socket", hv.cfg.SocketBase)
-	defer hv.log.Debug("hv_sock front end stopped", "socket", hv.cfg.SocketBase)
-	for {
-		c, err := hv.front.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		hv.mu.Lock()
-		if hv.closed {
-			hv.mu.Unlock()
-			c.Close()
-			continue
-		}
-		hv.wg.Add(1)
-		hv.mu.Unlock()
-		go func() {
-			defer hv.wg.Done()
-			hv.serveFront(c)
-		}()
-	}
+	hv.acceptLoop(hv.front, "front end", nil, func(c *net.UnixConn) {
+		defer hv.wg.Done()
+		hv.serveFront(c)
+	})
 }
 
 // serveFront runs one client's CONNECT and then relays its connection.
