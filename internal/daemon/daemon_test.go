@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"os"
@@ -32,6 +33,8 @@ type rig struct {
 	notes  *notes
 	// probeInterval is the daemon's liveness probe interval (0: default).
 	probeInterval time.Duration
+	// probeTimeout bounds each probe (0: half the interval).
+	probeTimeout time.Duration
 }
 
 type notes struct {
@@ -95,7 +98,7 @@ func (r *rig) start(t *testing.T) {
 		{Device: "eth2", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth1", Bind: &tru},
 	}
 	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add,
-		ProbeInterval: r.probeInterval, ProbeTimeout: r.probeInterval / 2})
+		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,11 +279,15 @@ func get(t *testing.T, addr, path string) (int, string) {
 
 func TestHostThatStopsAnsweringIsReset(t *testing.T) {
 	r := newRig(t)
+	// Probes often, but with a timeout generous enough that a healthy host
+	// answers in time on a loaded machine under the race detector: only the
+	// host that stops answering may be reset.
 	r.probeInterval = 100 * time.Millisecond
+	r.probeTimeout = 500 * time.Millisecond
 	r.start(t)
 	waitFor(t, "both up", func() bool { return r.nicState("eth1").State == "up" && r.nicState("eth2").State == "up" })
 	// The host's control path goes slow: the probes time out.
-	r.a.SetControlDelay(time.Second)
+	r.a.SetControlDelay(5 * time.Second)
 	waitFor(t, "eth1 reset by the liveness probe", func() bool { return r.nicState("eth1").Resets > 0 })
 	if st := r.nicState("eth1"); !strings.Contains(st.Error, "stopped answering") && st.State != "up" {
 		t.Logf("eth1 state after the probe: %+v", st)
