@@ -680,14 +680,8 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 	// blocks on its full ring with pending_send_sz set, misses the
 	// wake-up, and must find the space on its timeout.
 	c := g.chs[0]
-	// Wait until the host is blocked: its ring full, pending_send_sz set.
+	waitFor(t, "the host to block on its full ring (pending_send_sz set)", func() bool { return c.In().WriterPending() != 0 })
 	deadline := time.Now().Add(tgWait)
-	for c.In().WriterPending() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("host never blocked on its full ring")
-		}
-		time.Sleep(time.Millisecond)
-	}
 	got := 0
 	for got < 600 && time.Now().Before(deadline) {
 		p, err := c.Recv()
@@ -710,12 +704,7 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 	}
 	// The completions and the freed space were never signalled: the host
 	// finds them on its next timeout, and counts that.
-	for g.nic.Stats().MissedWakeups == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no missed wake-up counted")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a missed wake-up to be counted", func() bool { return g.nic.Stats().MissedWakeups != 0 })
 }
 
 func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
