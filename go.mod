@@ -1,4 +1,4 @@
-module vmbusd
+module github.com/vmbusd/vmbusd
 
 go 1.26.0
 

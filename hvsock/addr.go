@@ -3,7 +3,7 @@ package hvsock
 import (
 	"fmt"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Context ids (AF_VSOCK's VMADDR_CID_*). On Hyper-V the guest has no CID of

@@ -4,8 +4,8 @@ import (
 	"net"
 	"testing"
 
-	"vmbusd/hvsock"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestServiceIDsAndPorts(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // Benchmarks run the guest against the simulated host in this process, so

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // TestManyConnectionsMoveVerifiedBytes runs connections in parallel, half

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 func readAll(t *testing.T, r io.Reader) []byte {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Transport selects how hv_sock connections are carried.

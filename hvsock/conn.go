@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // stream is one transport's connection; Conn adds addresses and error

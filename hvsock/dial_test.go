@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestDialRefusedByTheHost(t *testing.T) {

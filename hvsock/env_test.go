@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // testEnv is a simulated host with its hv_sock side under a fresh root on

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock"
 )
 
 // The kernel transport needs a Hyper-V host to carry data; without one

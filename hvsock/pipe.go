@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"vmbusd/internal/deadline"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/deadline"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // vmbusStream is the guest's half of one hv_sock connection over its own

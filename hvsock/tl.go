@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // The guest half of a guest-initiated connect is one VMBus control message,

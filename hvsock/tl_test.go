@@ -5,8 +5,8 @@ import (
 	"encoding/hex"
 	"testing"
 
-	"vmbusd/hvsock"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestTLConnectRequestWireLayout(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Offers of hv_sock channels reach the VMBus transport as devices under

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // packet builds a packet body as a sender lays it out: descriptor (type,

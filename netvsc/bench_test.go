@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 var benchSizes = []int{64, 1514}

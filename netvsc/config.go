@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Mode is how a queue waits for the host when its rings are quiet.

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // The control plane runs on the primary channel, one request in flight

@@ -4,8 +4,8 @@ import (
 	"context"
 	"log"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // A fast path owning one queue of a NIC that is bound to uio_hv_generic:

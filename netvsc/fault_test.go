@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // traffic pushes frames through a reflector until the NIC fails or the

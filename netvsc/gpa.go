@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // GPAPool is pinned memory whose guest-physical page numbers are known, so

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // collect receives frames from every queue until want arrived or timeout.

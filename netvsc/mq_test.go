@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // rxAll runs an RxBurst/Wait loop per queue until ctx ends, counting.

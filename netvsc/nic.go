@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // NIC is a Hyper-V synthetic NIC driven from user space over a device

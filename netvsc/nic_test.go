@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // newNIC starts a simulated host with one synthetic NIC attached to port

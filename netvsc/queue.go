@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // A Queue is one channel of the NIC: its receive side (transfer-page

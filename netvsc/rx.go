@@ -1,7 +1,7 @@
 package netvsc
 
 import (
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Receive path (netvsc.md §2.6, §3.3, §7 guest 4-5):

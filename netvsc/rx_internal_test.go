@@ -6,8 +6,8 @@ import (
 	"os"
 	"testing"
 
-	"vmbusd/internal/csum"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // recorder is an rxHandler that keeps what the parser found.

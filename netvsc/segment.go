@@ -3,7 +3,7 @@ package netvsc
 import (
 	"encoding/binary"
 
-	"vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/internal/csum"
 )
 
 // Software segmentation, for frames larger than the MTU when no GPA pool

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Counters are plain per-queue uint64 fields read at scrape time (house

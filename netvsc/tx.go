@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Transmit path (netvsc.md §2.7, §3.7, §4; the 16 MB seed: copy small

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/bind"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 var scripts = []string{"vmbus-bind", "vmbus-unbind", "vmbus-check", "vmbus-hugepages", "vmbus-persist"}

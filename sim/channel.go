@@ -4,7 +4,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Channel is the host end of one channel: the vmbus ring code attached from

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // A Service runs the host end of a device's protocol while a guest has the

@@ -60,7 +60,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Driver names for DeviceConfig.Driver and Device.Driver.

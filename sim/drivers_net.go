@@ -32,7 +32,7 @@ import (
 	"strings"
 	"unicode"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // drvTestHost is a host under a fresh root on tmpfs when there is one.

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // startDrivers prepares the parts of the tree binding needs and starts the

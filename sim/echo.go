@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Echo is the test device class's host (vmbus.ClassTest): every inband

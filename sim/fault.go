@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Fault is a host misbehaviour the simulator can inject, one switch per

@@ -29,7 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // MemoryModel chooses how a NIC's host reads GPA-direct ranges.

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Host is a simulated Hyper-V host together with the guest kernel's

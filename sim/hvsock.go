@@ -95,8 +95,8 @@ import (
 	"syscall"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // HvSockConfig configures a Host's hv_sock side.

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/internal/deadline"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/deadline"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // HvSockConn is the host end of one hv_sock connection, what a host

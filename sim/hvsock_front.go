@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // The host-side Unix socket front end (hybrid vsock, OpenVMM

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // hvTestHost is a host with its hv_sock side under a fresh root.

@@ -52,8 +52,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // NICConfig describes a simulated NIC. The zero value is a NIC as Azure

@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"testing"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func benchGuest(b *testing.B) *tguest {

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // gpkt is a packet the guest read, copied.

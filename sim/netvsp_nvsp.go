@@ -41,8 +41,8 @@ import (
 	"slices"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // nvspComplete answers a guest request with an NVSP message (padded to the

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf16"
 
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // handleRNDISControl serves one RNDIS control message on the primary and

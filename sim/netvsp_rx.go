@@ -19,8 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // frameQueue is a channel's bounded queue of frames waiting for the guest:

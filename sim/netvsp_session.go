@@ -33,8 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // sessCfg is the negotiated state every channel's loop reads. Immutable

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {

@@ -18,8 +18,8 @@ package sim
 import (
 	"slices"
 
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // maxPacketsPerMessage is the max_pkts_per_msg the host announces in

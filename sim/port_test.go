@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/csum"
-	"vmbusd/netvsc"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestReflectorSendsFramesBackWithMACsSwapped(t *testing.T) {

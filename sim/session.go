@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Session is one open of a device by a guest: fresh rings, the host end of

@@ -48,7 +48,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Paths relative to the root R.

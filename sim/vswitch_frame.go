@@ -12,8 +12,8 @@ import (
 	"errors"
 	"net/netip"
 
-	"vmbusd/internal/csum"
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 const (

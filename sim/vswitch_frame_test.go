@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 func TestVLANStripAndInsertRoundTrip(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Pump moves frames from src to dst in bursts of up to burst until ctx

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Queue is one TAP queue (one fd of a multi-queue TAP). It is a

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 func needRoot(t *testing.T) {

@@ -3,7 +3,7 @@ package tap
 import (
 	"encoding/binary"
 
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // The virtio-net header a TAP created with IFF_VNET_HDR puts in front of

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"vmbusd/internal/echo"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/echo"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // BenchmarkChannelEcho drives a channel end to end against the simulated

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/echo"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/echo"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // TestMain lets the test binary double as a simulated host in its own

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 const (

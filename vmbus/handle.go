@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/uio"
+	"github.com/vmbusd/vmbusd/uio"
 )
 
 // ErrRescinded is the death of every channel of a device the host took

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/echo"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/echo"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // newSimDevice starts a simulated host under a fresh root with one test

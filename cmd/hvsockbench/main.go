@@ -39,8 +39,8 @@ import (
 	"syscall"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"os"
 	"runtime/pprof"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 const help = `ringbench: VMBus ring traffic through a shared file, on vmbusd's vmbus package.

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // The ring file is one channel's ring pair, laid out like uio_hv_generic's

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // batch is how many packets a side moves per Commit at most: like a driver,

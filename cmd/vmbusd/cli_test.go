@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/internal/daemon"
 )
 
 // These tests drive the vmbusd binary end to end against a simulated host

@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"vmbusd/internal/config"
-	"vmbusd/internal/control"
-	"vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/control"
+	"github.com/vmbusd/vmbusd/internal/daemon"
 )
 
 // controlFlag adds --control with the default the daemon uses.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"vmbusd/internal/bind"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // DeviceRow is one line of `vmbusd devices`.

@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/internal/echo"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/echo"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func runRingDemo(ctx context.Context, args []string, out io.Writer) error {

@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
-	"vmbusd/internal/config"
-	"vmbusd/internal/daemon"
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 const defaultConfigPath = "/etc/vmbusd/vmbusd.toml"

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func runSim(ctx context.Context, args []string, out io.Writer) error {

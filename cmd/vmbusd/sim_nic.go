@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 type nicFlags struct {

@@ -20,10 +20,10 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"vmbusd/internal/config"
-	"vmbusd/internal/daemon"
-	"vmbusd/sim"
-	"vmbusd/tap"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/tap"
 )
 
 // The simulated-host demo: vmbusd's main job against an embedded simulated

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/bind"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 var (

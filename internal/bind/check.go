@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Status is a check's verdict.

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // RecordVersion is the version of the record format.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Driver names.

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"vmbusd/internal/forward"
-	"vmbusd/internal/pcapng"
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/internal/forward"
+	"github.com/vmbusd/vmbusd/internal/pcapng"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Status is what `vmbusd status` shows.

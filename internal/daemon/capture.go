@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/tap"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/tap"
 )
 
 // A NIC's capture hub. With nobody capturing, the data path pays one atomic

@@ -27,10 +27,10 @@ import (
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"vmbusd/internal/bind"
-	"vmbusd/internal/config"
-	"vmbusd/internal/control"
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/control"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Options configure a Daemon beyond its file.

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/internal/config"
-	"vmbusd/internal/daemon"
-	"vmbusd/sim"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // A pair of simulated NICs forwarded to each other needs no TAP, so these

@@ -7,9 +7,9 @@ import (
 	"net"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/internal/config"
-	"vmbusd/internal/forward"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/forward"
 )
 
 // fwdRunner runs one hv_sock forward: a guest service (hv_sock port ->

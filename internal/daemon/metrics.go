@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"vmbusd/internal/forward"
-	"vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/internal/forward"
+	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Metrics: one registry per daemon, the process and Go collectors, and one

@@ -11,12 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"vmbusd/internal/bind"
-	"vmbusd/internal/config"
-	"vmbusd/netvsc"
-	"vmbusd/tap"
-	"vmbusd/uio"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/tap"
+	"github.com/vmbusd/vmbusd/uio"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // The liveness probe of a running NIC (incarnation): every interval a

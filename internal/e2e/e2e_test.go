@@ -26,10 +26,10 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
-	"vmbusd/tap"
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/tap"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 var (

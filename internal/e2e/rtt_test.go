@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/netvsc"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // TestPingRoundTrip reports the ICMP echo round trip through the TAP

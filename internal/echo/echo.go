@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Pump sends packets of Size bytes with transaction ids 0, 1, 2, ... and

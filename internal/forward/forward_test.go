@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"vmbusd/hvsock"
-	"vmbusd/internal/forward"
-	"vmbusd/sim"
+	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/forward"
+	"github.com/vmbusd/vmbusd/sim"
 )
 
 // env is a simulated host with its hv_sock side, and a guest Config for it.
