@@ -1,0 +1,2 @@
+// Package skipped is in a hidden directory: missing.md is not read.
+package skipped
