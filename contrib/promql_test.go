@@ -336,3 +336,29 @@ func TestCheckQueryFindsWhatTheDaemonDoesNotExport(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScanPromQL: the scanner and the series parser take any text
+// without panicking, and every selector they return names a metric.
+func FuzzScanPromQL(f *testing.F) {
+	for _, s := range []string{
+		`sum by (device, queue) (rate(vmbusd_netvsc_receive_packets_total{instance=~"$instance"}[$__rate_interval]))`,
+		`absent(up{job="vmbusd"}) or (up == 1 unless on (instance, job) vmbusd_build_info)`,
+		`a / on (x) group_left (y) b{c!~'d'} > 0.01 * e offset 5m`,
+		`up{instance="vm1:9464",job="vmbusd"}`,
+		"${x:raw} `raw` 1e-3 [5m:1m]",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if q, err := scanPromQL(s); err == nil {
+			for _, sel := range q.selectors {
+				if sel.metric == "" || !isIdent(sel.metric[0], true) {
+					t.Fatalf("%q: selector %+v", s, sel)
+				}
+			}
+		}
+		if name, _, err := parseSeries(s); err == nil && name == "" {
+			t.Fatalf("%q: a series without a name", s)
+		}
+	})
+}
