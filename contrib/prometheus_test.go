@@ -115,7 +115,7 @@ scrape_configs:
 // promAPI GETs a Prometheus API path into v; it reports whether the
 // server answered with status success.
 func promAPI(addr, path string, v any) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
