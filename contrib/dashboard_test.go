@@ -151,8 +151,12 @@ func validateDashboard(d *dashboard) []string {
 			if v.Datasource == nil || *v.Datasource != datasourceVar {
 				bad("variable %q: datasource %v, want %v", v.Name, v.Datasource, datasourceVar)
 			}
-			if v.Definition == "" || len(v.Query) == 0 {
-				bad("variable %q: no query", v.Name)
+			// The query as a string, which every Grafana version parses
+			// into its editor's model; an object whose fields do not
+			// match its qryType runs as label_values(undefined).
+			var q string
+			if v.Definition == "" || json.Unmarshal(v.Query, &q) != nil || q != v.Definition {
+				bad("variable %q: query %s, want the string of its definition %q", v.Name, v.Query, v.Definition)
 			}
 		}
 	}
@@ -384,6 +388,13 @@ func TestDashboardCheckerCatchesEachMutation(t *testing.T) {
 		{"undefined variable", func(m map[string]any) {
 			firstPanel(m)["targets"].([]any)[0].(map[string]any)["expr"] = `vmbusd_netvsc_up{node="$node"}`
 		}, "undefined variable $node"},
+		{"object variable query", func(m map[string]any) {
+			for _, v := range m["templating"].(map[string]any)["list"].([]any) {
+				if v := v.(map[string]any); v["name"] == "nic" {
+					v["query"] = map[string]any{"qryType": 1, "query": v["definition"], "refId": "V"}
+				}
+			}
+		}, `variable "nic": query {`},
 		{"no datasource variable", func(m map[string]any) {
 			tl := m["templating"].(map[string]any)
 			tl["list"] = tl["list"].([]any)[1:]
