@@ -228,33 +228,3 @@ func TestLingerNegativeClosesAtOnce(t *testing.T) {
 		t.Fatal("no linger: the close should be a reset")
 	}
 }
-
-func TestBlockedReadAndWriteEndAtClose(t *testing.T) {
-	checkGoroutines(t)
-	e := newTestEnv(t, sim.HvSockConfig{})
-	cfg := e.cfg
-	cfg.Linger = 100 * time.Millisecond
-	g, h := e.pair(t, cfg, 107)
-	defer h.Close()
-	errs := make(chan error, 2)
-	go func() {
-		_, err := g.Read(make([]byte, 10))
-		errs <- err
-	}()
-	go func() {
-		var err error
-		for err == nil { // the host does not read: the ring fills
-			_, err = g.Write(make([]byte, 8192))
-		}
-		errs <- err
-	}()
-	for g.Stats().Channel.TxFullWaits == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	g.Close()
-	for range 2 {
-		if err := <-errs; !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("blocked operation ended with %v, want net.ErrClosed", err)
-		}
-	}
-}

@@ -27,8 +27,9 @@ type stream interface {
 // Conn is an hv_sock connection. It implements net.Conn: Read and Write may
 // be called from different goroutines at once, and every method is safe for
 // concurrent use. Errors are *net.OpError wrapping net.ErrClosed (after
-// Close), os.ErrDeadlineExceeded (a deadline passed), syscall.EPIPE (write
-// after CloseWrite, or the host has gone), or why the host broke the
+// Close, or a Write ended by CloseWrite), os.ErrDeadlineExceeded (a
+// deadline passed), syscall.EPIPE (write after CloseWrite, or the host has
+// gone), or why the host broke the
 // connection; Read returns io.EOF itself at the end of the stream.
 type Conn struct {
 	s             stream
@@ -67,15 +68,20 @@ func (c *Conn) Write(b []byte) (int, error) {
 // connection (its FIN and the rescind of the channel) for at most the
 // configured linger, then resets the connection locally. Blocked Reads and
 // Writes return net.ErrClosed at once; data the host still sends is
-// discarded. Close never blocks longer than the linger.
+// discarded. Close never blocks longer than the linger, and only the first
+// call lingers: a Close made while it does returns its result at once, one
+// made after it returned fails with net.ErrClosed.
 func (c *Conn) Close() error { return c.opErr("close", c.s.Close()) }
 
 // CloseWrite sends FIN: the host reads the end of the stream once it has
-// read everything written before. Reading continues.
+// read everything written before. A Write in progress returns at once with
+// what it queued and net.ErrClosed; later Writes fail with EPIPE. Reading
+// continues.
 func (c *Conn) CloseWrite() error { return c.opErr("close", c.s.CloseWrite()) }
 
-// CloseRead shuts the reading side locally; Read returns io.EOF from now
-// on. The host is not told (the protocol has no such message).
+// CloseRead shuts the reading side locally: a Read waiting for data and
+// every later Read return io.EOF. The host is not told (the protocol has
+// no such message).
 func (c *Conn) CloseRead() error { return c.opErr("close", c.s.CloseRead()) }
 
 // LocalAddr returns (CIDAny, local port) on Hyper-V.

@@ -55,10 +55,44 @@
 // host); Close sends the FIN and waits for the host to finish its side —
 // the host's FIN and the rescind of the channel, which it sends once both
 // directions are done — for at most Config.Linger (8 s, HVS_CLOSE_TIMEOUT),
-// discarding what the host still sends, then resets locally. Close never
-// blocks past the linger, and nothing a Write reported as written is lost
-// before the FIN. After a rescind, reads drain what the host left in the
-// ring and then return io.EOF; writes fail with EPIPE.
+// discarding what the host still sends, then resets locally. Nothing a
+// Write reported as written is lost before the FIN. After a rescind, reads
+// drain what the host left in the ring and then return io.EOF; writes fail
+// with EPIPE.
+//
+// # Close semantics (both transports, as on a *net.TCPConn)
+//
+// CloseRead, CloseWrite and Close never wait for a Read or Write in
+// progress; they end it:
+//
+//   - CloseRead: a Read waiting for data returns io.EOF at once, and so
+//     does every later Read (what the host still sends is dropped and
+//     counted in ConnStats.Discarded). Writing is unaffected.
+//   - CloseWrite: a Write in progress — blocked on a full ring, or still
+//     moving data — stops at a packet boundary and returns the bytes it
+//     queued with an error wrapping net.ErrClosed; the FIN follows those
+//     bytes. A Write called after CloseWrite fails with EPIPE. Reading is
+//     unaffected.
+//   - Close: a blocked Read and Write return net.ErrClosed at once, and so
+//     does every later call. The first Close does the linger; a Close
+//     called while it lingers returns its result (nil) at once, and a
+//     Close after it returned fails with net.ErrClosed.
+//
+// On the kernel transport close(2) returns at once and the kernel lingers
+// in the background; a Write blocked when CloseWrite is called is woken
+// by this package (a vsock socket shut for writing never polls writable),
+// with the same results as above.
+//
+// The host's FIN ends only the host's direction, as a TCP peer's does, and
+// Read returns io.EOF after it. The first Write after it succeeds: the
+// bytes are queued on the ring. A host that only shut its writing side
+// (half-close) reads them, and later Writes succeed too. A host that
+// closed entirely has no reader for them: it drops them and ends the
+// connection with the rescind, hv_sock's reset (a closed TCP peer answers
+// data with RST). From
+// the rescind on, Writes fail with EPIPE, as a TCP Write after the peer's
+// reset does, and a Write blocked on a full ring when it comes returns
+// EPIPE with the count queued.
 //
 // Errors are *net.OpError wrapping net.ErrClosed, os.ErrDeadlineExceeded,
 // syscall errnos (ECONNREFUSED, ETIMEDOUT, EPIPE, EADDRINUSE), a

@@ -23,14 +23,23 @@ import (
 // non-blocking and wait in the Go netpoller, so deadlines work as on any
 // *os.File.
 
-// kernelStream is one AF_VSOCK connection.
+// kernelStream is one AF_VSOCK connection. CloseRead and CloseWrite
+// wake a Read or Write waiting in the netpoller by moving its deadline into
+// the past: a socket shut for writing does not report itself writable
+// (vsock_poll raises EPOLLOUT only while sending is allowed, unlike TCP),
+// so nothing else would end that wait, and once a side is shut no later
+// call on it reaches the poller, so its deadline no longer matters.
 type kernelStream struct {
 	f                      *os.File
 	rc                     syscall.RawConn
 	bytesRead, bytesWritte atomic.Uint64
 	readShut, writeShut    atomic.Bool
 	closed                 atomic.Bool
+	gate                   closeGate
 }
+
+// past is a deadline that has passed: setting it wakes a blocked call.
+var past = time.Unix(1, 0)
 
 func newKernelStream(fd int) (*kernelStream, error) {
 	f := os.NewFile(uintptr(fd), "vsock")
@@ -75,23 +84,36 @@ func (s *kernelStream) Read(b []byte) (int, error) {
 	}
 	n, err := s.f.Read(b)
 	s.bytesRead.Add(uint64(n))
-	if errors.Is(err, unix.ENOTCONN) {
+	switch {
+	case err == nil || err == io.EOF || s.closed.Load():
+	case errors.Is(err, unix.ENOTCONN):
 		err = io.EOF // mdlayher/vsock: a reset stream reads as its end
+	case s.readShut.Load():
+		err = io.EOF // CloseRead woke this Read
 	}
 	return n, s.err(err)
 }
 
 func (s *kernelStream) Write(b []byte) (int, error) {
+	if s.writeShut.Load() && !s.closed.Load() {
+		return 0, syscall.EPIPE
+	}
 	n, err := s.f.Write(b)
 	s.bytesWritte.Add(uint64(n))
+	if err != nil && s.writeShut.Load() {
+		err = net.ErrClosed // CloseWrite ended this Write
+	}
 	return n, s.err(err)
 }
 
+// Close closes the socket; the kernel's hv_sock does the close handshake
+// and its linger after close(2) has returned, so the result is decided at
+// once and a concurrent Close returns it.
 func (s *kernelStream) Close() error {
-	if s.closed.Swap(true) {
-		return net.ErrClosed
-	}
-	return kernelErr(s.f.Close())
+	return s.gate.close(func() error {
+		s.closed.Store(true)
+		return kernelErr(s.f.Close())
+	}, nil)
 }
 
 func (s *kernelStream) shutdown(how int) error {
@@ -103,13 +125,23 @@ func (s *kernelStream) shutdown(how int) error {
 }
 
 func (s *kernelStream) CloseRead() error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
 	s.readShut.Store(true)
-	return s.shutdown(unix.SHUT_RD)
+	err := s.shutdown(unix.SHUT_RD)
+	s.f.SetReadDeadline(past)
+	return err
 }
 
 func (s *kernelStream) CloseWrite() error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
 	s.writeShut.Store(true)
-	return s.shutdown(unix.SHUT_WR)
+	err := s.shutdown(unix.SHUT_WR)
+	s.f.SetWriteDeadline(past)
+	return err
 }
 
 func (s *kernelStream) SetReadDeadline(t time.Time) error  { return s.err(s.f.SetReadDeadline(t)) }

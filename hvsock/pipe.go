@@ -28,14 +28,21 @@ import (
 //	            (partial reads); the read index is published (CommitRecv:
 //	            signal a blocked host when its pending_send_sz is crossed)
 //	            only once the packet in hand is consumed.
-//	CloseWrite  FIN (zero-length packet), once; the Reserve makes room for it.
-//	Close       FIN; wait up to the linger for the host to finish (its
-//	            rescind), discarding what it still sends; close the channel.
+//	CloseWrite  end the Write in progress (net.ErrClosed), then FIN
+//	            (zero-length packet), once; the Reserve makes room for it.
+//	CloseRead   local: end the Read in progress, later Reads io.EOF.
+//	Close       end both, FIN; wait up to the linger for the host to finish
+//	            (its rescind), discarding what it still sends; close the
+//	            channel.
 //	rescind     reads drain what the host left in the ring, then io.EOF;
 //	            writes fail with EPIPE.
 //
 // Read and Write may run concurrently (one goroutine each at a time; more
-// are serialised); Close, the deadlines and Stats are safe from anywhere.
+// are serialised); Close, CloseRead, CloseWrite, the deadlines and Stats
+// are safe from anywhere and never wait for a blocked Read or Write: each
+// side's waits select on a context that its shutdown cancels (rdl, wdl are
+// children of rctx, wctx, children of ctx), and a Write checks wstop
+// between chunks, so the lock they then take is released at once.
 type vmbusStream struct {
 	h      *vmbus.Handle
 	ch     *vmbus.Channel
@@ -45,25 +52,29 @@ type vmbusStream struct {
 	snd    int // ring sizes, header page included
 	rcv    int
 
-	ctx      context.Context // ends at Close
-	cancel   context.CancelFunc
-	closed   atomic.Bool
-	rdl, wdl *deadline.Deadline
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	rcancel   context.CancelFunc // ends the read side's waits (CloseRead)
+	wcancel   context.CancelFunc // ends the write side's waits (CloseWrite)
+	closed    atomic.Bool
+	readShut  atomic.Bool // CloseRead: Reads return io.EOF
+	writeShut atomic.Bool // CloseWrite: new Writes fail with EPIPE
+	wstop     atomic.Bool // CloseWrite or Close: a Write in progress stops
+	rdl, wdl  *deadline.Deadline
 
-	rmu      sync.Mutex // the read side
-	rbuf     []byte     // private copy of the packet being delivered
-	cur      []byte     // its undelivered payload
-	finRcvd  bool
-	readShut bool
-	rerr     error // sticky: the host broke the framing or the ring
+	rmu     sync.Mutex // the read side
+	rbuf    []byte     // private copy of the packet being delivered
+	cur     []byte     // its undelivered payload
+	finRcvd bool
+	rerr    error // sticky: the host broke the framing or the ring
 
 	wmu     sync.Mutex // the write side
 	finSent bool
 	hdr     [PipeHeaderSize]byte
 
-	closeOnce sync.Once
-	release   func() // frees the local port; may be nil
-	st        streamCounters
+	gate    closeGate
+	release func() // frees the local port; may be nil
+	st      streamCounters
 }
 
 type streamCounters struct {
@@ -75,17 +86,35 @@ type streamCounters struct {
 
 func newVMBusStream(h *vmbus.Handle, cfg *Config, snd, rcv int) *vmbusStream {
 	ctx, cancel := context.WithCancel(context.Background())
+	rctx, rcancel := context.WithCancel(ctx)
+	wctx, wcancel := context.WithCancel(ctx)
 	return &vmbusStream{
 		h: h, ch: h.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), log: cfg.logger(),
 		snd: snd, rcv: rcv,
-		ctx: ctx, cancel: cancel, rdl: deadline.New(ctx), wdl: deadline.New(ctx),
+		ctx: ctx, cancel: cancel, rcancel: rcancel, wcancel: wcancel,
+		rdl: deadline.New(rctx), wdl: deadline.New(wctx),
 		rbuf: make([]byte, MaxPacketBody),
 	}
 }
 
-// ctxErr is the error of an operation whose wait context ended.
-func (s *vmbusStream) ctxErr() error {
-	if s.closed.Load() {
+// readCtxErr is the error of a Read whose wait context ended: Close, then
+// CloseRead (the end of the stream, what arrived is dropped), else the
+// deadline.
+func (s *vmbusStream) readCtxErr() error {
+	switch {
+	case s.closed.Load():
+		return net.ErrClosed
+	case s.readShut.Load():
+		s.discardLocked()
+		return io.EOF
+	}
+	return os.ErrDeadlineExceeded
+}
+
+// writeCtxErr is the error of a Write whose wait context ended: a Write
+// cut short by CloseWrite or Close reports the close, else the deadline.
+func (s *vmbusStream) writeCtxErr() error {
+	if s.wstop.Load() {
 		return net.ErrClosed
 	}
 	return os.ErrDeadlineExceeded
@@ -109,13 +138,13 @@ func (s *vmbusStream) Read(b []byte) (int, error) {
 		return 0, net.ErrClosed
 	case s.rerr != nil:
 		return 0, s.rerr
-	case s.readShut:
+	case s.readShut.Load():
 		s.discardLocked()
 		return 0, io.EOF
 	}
 	ctx := s.rdl.Context()
 	if ctx.Err() != nil {
-		return 0, s.ctxErr()
+		return 0, s.readCtxErr()
 	}
 	if len(b) == 0 {
 		return 0, nil
@@ -135,7 +164,7 @@ func (s *vmbusStream) Read(b []byte) (int, error) {
 		case err == nil:
 			continue
 		case ctx.Err() != nil:
-			return 0, s.ctxErr()
+			return 0, s.readCtxErr()
 		case errors.Is(err, vmbus.ErrRescinded):
 			// The host is gone, but what it wrote is still in our
 			// ring: deliver it, then the end of the stream.
@@ -267,12 +296,15 @@ func (s *vmbusStream) writeErr(err error) error {
 }
 
 func (s *vmbusStream) Write(b []byte) (int, error) {
+	if s.closed.Load() {
+		return 0, net.ErrClosed // not even behind Close's FIN
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	switch {
 	case s.closed.Load():
 		return 0, net.ErrClosed
-	case s.finSent:
+	case s.writeShut.Load():
 		return 0, syscall.EPIPE
 	}
 	if err := s.ch.Err(); err != nil {
@@ -280,7 +312,7 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 	}
 	ctx := s.wdl.Context()
 	if ctx.Err() != nil {
-		return 0, s.ctxErr()
+		return 0, s.writeCtxErr()
 	}
 	out := s.ch.Out()
 	n, pkts := 0, 0
@@ -289,6 +321,11 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 		s.st.packetsWritten.Add(uint64(pkts))
 	}()
 	for n < len(b) {
+		if s.wstop.Load() {
+			// CloseWrite or Close came while this Write was moving
+			// data: they wait for wmu, so stop at a packet boundary.
+			break
+		}
 		w := Writable(out.Free())
 		if w == 0 {
 			if err := s.flush(); err != nil {
@@ -300,7 +337,7 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 			need := min(Reserve+align8(k), out.MaxPacket()-8)
 			if err := s.ch.WaitWritable(ctx, need); err != nil {
 				if ctx.Err() != nil {
-					return n, s.ctxErr()
+					return n, s.writeCtxErr()
 				}
 				return n, s.writeErr(err)
 			}
@@ -317,6 +354,9 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 	}
 	if err := s.flush(); err != nil {
 		return n, s.writeErr(err)
+	}
+	if n < len(b) {
+		return n, net.ErrClosed
 	}
 	return n, nil
 }
@@ -343,7 +383,10 @@ func (s *vmbusStream) sendFINLocked(ctx context.Context) error {
 		}
 		s.ch.Flush()
 		if err := s.ch.WaitWritable(ctx, FINLen); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return net.ErrClosed
+			}
+			return s.writeErr(err)
 		}
 	}
 	s.finSent = true
@@ -352,40 +395,52 @@ func (s *vmbusStream) sendFINLocked(ctx context.Context) error {
 	return s.writeErr(s.flush())
 }
 
+// CloseWrite ends a Write in progress (it returns net.ErrClosed with what
+// it queued), then queues the FIN behind everything written. Waking the
+// Write first is what lets wmu be taken at once: a Write blocked on a full
+// ring would otherwise hold it until the host reads.
 func (s *vmbusStream) CloseWrite() error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	s.writeShut.Store(true)
+	s.wstop.Store(true)
+	s.wcancel()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed.Load() {
-		return net.ErrClosed
+		return net.ErrClosed // Close sends the FIN
 	}
 	return s.sendFINLocked(s.ctx)
 }
 
 // CloseRead is local: the protocol has no way to tell the host (hvsock.md
-// §1.10, SHUT_RD). Later Reads return io.EOF and drop what arrived.
+// §1.10, SHUT_RD). A Read waiting for data returns io.EOF now; later Reads
+// return io.EOF and drop what arrived. It takes no lock, so it cannot wait
+// behind that Read.
 func (s *vmbusStream) CloseRead() error {
 	if s.closed.Load() {
 		return net.ErrClosed
 	}
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	s.readShut = true
+	s.readShut.Store(true)
+	s.rcancel()
 	return nil
 }
 
+// Close decides its result at once — nil: what the host does during the
+// linger is in Stats and the log, not an error of Close — so a concurrent
+// Close returns without waiting for the linger (closeGate).
 func (s *vmbusStream) Close() error {
-	first := false
-	s.closeOnce.Do(func() {
-		first = true
-		s.closed.Store(true)
-		s.cancel() // blocked Reads and Writes return now
-		s.rdl.Stop()
-		s.wdl.Stop()
-		s.shutdown()
-	})
-	if !first {
-		return net.ErrClosed
-	}
+	return s.gate.close(s.stop, s.shutdown)
+}
+
+// stop marks the stream closed and wakes every blocked Read and Write.
+func (s *vmbusStream) stop() error {
+	s.closed.Store(true)
+	s.wstop.Store(true)
+	s.cancel()
+	s.rdl.Stop()
+	s.wdl.Stop()
 	return nil
 }
 
@@ -394,7 +449,9 @@ func (s *vmbusStream) Close() error {
 // rescind, which the host sends once both directions are done — for at
 // most the linger, draining what it still sends so that it can finish.
 // Then the channel is closed; if the host had not finished, that is the
-// local reset.
+// local reset. The read lock is held only to drain, not while waiting, so
+// a Read called meanwhile returns net.ErrClosed at once; no Read waits on
+// the channel any more (they see closed under rmu), so the wait is ours.
 func (s *vmbusStream) shutdown() {
 	lctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if s.linger > 0 {
@@ -405,21 +462,21 @@ func (s *vmbusStream) shutdown() {
 	finErr := s.sendFINLocked(lctx)
 	s.wmu.Unlock()
 
-	s.rmu.Lock()
 	reset := false
 	if s.ch.Err() == nil {
 		if s.linger <= 0 {
 			reset = true
 		}
 		for !reset {
+			s.rmu.Lock()
 			s.discardLocked()
+			s.rmu.Unlock()
 			if err := s.ch.WaitReadable(lctx); err != nil {
 				reset = lctx.Err() != nil && s.ch.Err() == nil
 				break
 			}
 		}
 	}
-	s.rmu.Unlock()
 	if reset {
 		s.st.reset.Store(true)
 	}
