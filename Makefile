@@ -8,7 +8,7 @@ TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools)))
 OUT      ?= $(abspath out)
 FUZZTIME ?= 10s
 
-.PHONY: all build vet test unit fuzz interop dpdk-guest bench clean
+.PHONY: all build vet test unit fuzz interop dpdk-guest bench afxdp-bench clean
 
 all: build
 
@@ -51,6 +51,11 @@ test: vet unit fuzz interop dpdk-guest
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# vmbusd's AF_XDP data path against DPDK's net_af_xdp on one veth pair
+# (needs root; installs dpdk). SECS per window, REPEAT=3 interleaved runs.
+afxdp-bench:
+	./cmd/xdpbench/bench.sh $(SECS)
 
 clean:
 	rm -rf $(OUT)
