@@ -7,10 +7,17 @@
 //	if f.Match(frame) { write(frame) }
 //
 // Programs have the verdicts libpcap's compiler gives (the tests run both
-// over the same frames), though not its instruction sequences. Only the
-// Ethernet link type is supported. Names that need a lookup (host names,
-// service names such as "port domain", "gateway") are refused: give
-// addresses and numbers.
+// over the same frames), though not its instruction sequences. That
+// includes the verdicts its optimiser decides: tests are done once per
+// path ("udp and port 53" checks the ethertype once), and a load whose
+// value cannot change the outcome is dropped, so a frame too short for it
+// is not rejected ("ip or not ip" accepts an empty frame). An expression
+// that matches nothing is refused ("tcp and vlan": expression rejects all
+// packets), as tcpdump refuses it.
+//
+// Only the Ethernet link type is supported. Names that need a lookup
+// (host names, service names such as "port domain", "gateway") are
+// refused: give addresses and numbers.
 //
 // # Grammar
 //

@@ -35,6 +35,12 @@ func Compile(expr string, link LinkType, snaplen int) ([]bpf.Instruction, error)
 }
 
 func compileRaw(expr string, link LinkType, snaplen int) ([]bpf.RawInstruction, error) {
+	return compileWith(expr, link, snaplen, true)
+}
+
+// compileWith compiles with or without the optimiser (the tests compare
+// the two).
+func compileWith(expr string, link LinkType, snaplen int, opt bool) ([]bpf.RawInstruction, error) {
 	if link != LinkEthernet {
 		return nil, &Error{Kind: kindInvalid, Msg: fmt.Sprintf("link type %d is not supported (only Ethernet, 1)", link)}
 	}
@@ -52,7 +58,22 @@ func compileRaw(expr string, link LinkType, snaplen int) ([]bpf.RawInstruction, 
 	if err != nil {
 		return nil, err
 	}
-	return assemble(code)
+	if opt {
+		if len(code) > 4*MaxInstructions {
+			return nil, &Error{Kind: kindInvalid, Msg: fmt.Sprintf("program too long (over %d instructions before optimisation, the limit is %d)", 4*MaxInstructions, MaxInstructions)}
+		}
+		code = optimize(code)
+	}
+	raw, err := assemble(code)
+	if err != nil {
+		return nil, err
+	}
+	if e != nil && len(raw) == 1 && raw[0] == (bpf.RawInstruction{Op: clsRET | retK}) {
+		// As tcpdump does: such a filter is almost certainly a mistake
+		// ("tcp and vlan" looks for TCP at the ethertype).
+		return nil, &Error{Kind: kindInvalid, Msg: "expression rejects all packets"}
+	}
+	return raw, nil
 }
 
 // Filter is a compiled filter ready to run on frames. It is immutable and
@@ -139,7 +160,7 @@ func validate(r bpf.RawInstruction, pc, n int) error {
 		}
 		return nil
 	case clsJMP:
-		if r.Op&^(0xf0|srcX) != clsJMP || r.Op&0xf0 > jmpJSET {
+		if r.Op&^(0xf0|srcX) != clsJMP || r.Op&0xf0 > jmpJSET || r.Op&0xf0 == jmpJA {
 			return bad("unknown jump")
 		}
 		if pc+1+int(max(r.Jt, r.Jf)) >= n {

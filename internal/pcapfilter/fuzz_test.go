@@ -105,6 +105,9 @@ func FuzzRun(f *testing.F) {
 	var filters []compiled
 	for _, expr := range expressions {
 		prog, err := Compile(expr, LinkEthernet, 0)
+		if isRejectsAll(err) {
+			continue
+		}
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -132,6 +135,40 @@ func FuzzRun(f *testing.F) {
 		}
 		if uint32(want) != got {
 			t.Fatalf("%q on %x: interpreter %d, x/net/bpf %d", c.f, frame, got, want)
+		}
+	})
+}
+
+// FuzzOptimizer checks the optimiser against the plain code generator:
+// where the unoptimised program runs to a return, the optimised one must
+// return the same. (Where it aborts on a short frame, the optimised one
+// may accept: it drops loads whose value cannot matter, as libpcap does.)
+// Both are checked against the reference interpreter too.
+func FuzzOptimizer(f *testing.F) {
+	for i, e := range expressions {
+		fr := baseFrames()[i%len(baseFrames())]
+		f.Add(e, fr.b)
+	}
+	f.Fuzz(func(t *testing.T, expr string, frame []byte) {
+		plain, err := compileWith(expr, LinkEthernet, 0, false)
+		if err != nil {
+			return
+		}
+		opt, err := compileWith(expr, LinkEthernet, 0, true)
+		if isRejectsAll(err) {
+			opt = []bpf.RawInstruction{{Op: clsRET | retK}}
+		} else if err != nil {
+			t.Fatalf("%q compiles only without the optimiser: %v", expr, err)
+		}
+		want, aborted := refRun(plain, frame)
+		got, _ := refRun(opt, frame)
+		if fl, err := FromProgram(opt); err != nil {
+			t.Fatalf("%q: optimised program invalid: %v", expr, err)
+		} else if r := fl.Run(frame); r != got {
+			t.Fatalf("%q on %x: Run %d, reference interpreter %d", expr, frame, r, got)
+		}
+		if !aborted && got != want {
+			t.Fatalf("%q on %x: optimised returns %d, unoptimised %d", expr, frame, got, want)
 		}
 	})
 }

@@ -143,13 +143,15 @@ func (g *codegen) compare(c cmpB, t, f int) error {
 	return nil
 }
 
-// operands leaves l in A and r in X, spilling r to scratch memory when
-// computing l needs X.
+// operands leaves l in A and r in X. When computing l needs X, one of
+// them waits in scratch memory while the other is computed: the one
+// that needs fewer slots itself, so a long chain ("a + b + c + ...")
+// needs one slot, not one per term.
 func (g *codegen) operands(l, r aexpr) error {
-	if err := g.arith(r); err != nil {
-		return err
-	}
 	if !usesX(l) {
+		if err := g.arith(r); err != nil {
+			return err
+		}
 		g.emit(clsMISC|miscTAX, 0)
 		return g.arith(l)
 	}
@@ -157,14 +159,55 @@ func (g *codegen) operands(l, r aexpr) error {
 		return &Error{Kind: kindInvalid, Msg: "arithmetic too deeply nested (more than 16 intermediate values)"}
 	}
 	slot := uint32(g.scratch)
-	g.scratch++
-	defer func() { g.scratch-- }()
+	if slots(l) >= slots(r) {
+		if err := g.arith(l); err != nil {
+			return err
+		}
+		g.emit(clsST, slot)
+		g.scratch++
+		err := g.arith(r)
+		g.scratch--
+		if err != nil {
+			return err
+		}
+		g.emit(clsMISC|miscTAX, 0)
+		g.emit(clsLD|modeMEM, slot)
+		return nil
+	}
+	if err := g.arith(r); err != nil {
+		return err
+	}
 	g.emit(clsST, slot)
-	if err := g.arith(l); err != nil {
+	g.scratch++
+	err := g.arith(l)
+	g.scratch--
+	if err != nil {
 		return err
 	}
 	g.emit(clsLDX|modeMEM, slot)
 	return nil
+}
+
+// slots is how many scratch words computing a needs.
+func slots(a aexpr) int {
+	switch a := a.(type) {
+	case loadA:
+		if a.idx != nil {
+			return slots(a.idx)
+		}
+	case negA:
+		return slots(a.x)
+	case binA:
+		if _, ok := a.r.(constA); ok {
+			return slots(a.l)
+		}
+		if !usesX(a.l) {
+			return max(slots(a.l), slots(a.r))
+		}
+		sl, sr := slots(a.l), slots(a.r)
+		return min(max(sl, sr+1), max(sr, sl+1))
+	}
+	return 0
 }
 
 func usesX(a aexpr) bool {

@@ -60,6 +60,11 @@ var expressions = []string{
 	"not ether src 00:00:5e:00:53:01", "not ether host 00:00:5e:00:53:01", "not host 10.9.9.9",
 	"not port 9", "not net fe80::/10", "not host 2001:db8::9", "not vlan 5", "not ether proto 100",
 	"not tcp[13] = 0", "not icmp", "not udp portrange 1-10", "not ether broadcast",
+	// libpcap's optimiser drops loads that cannot change the verdict, so
+	// these accept frames too short for them.
+	"ip or not ip", "ether[0] = 1 or ether[0] != 1", "ether[100] = 1 or ether[100] != 1", "tcp or not tcp",
+	"ether[0] = 1 or ether[50] = 2 or not ether[0] = 1", "1 = 2 or tcp", "tcp[100] & 0 = 0",
+	"0 * ether[100] = 0", "ether[100] * 0 != 0 or udp", "udp or ip and not ip",
 }
 
 var update = flag.Bool("update", false, "rewrite testdata/verdicts.golden from tcpdump's verdicts")
@@ -99,9 +104,17 @@ func diffVerdicts(frames []frame, got, want []bool) string {
 	return fmt.Sprintf("matches that should not: %v; misses: %v", extra, missing)
 }
 
+func isRejectsAll(err error) bool {
+	var fe *Error
+	return errors.As(err, &fe) && fe.Msg == "expression rejects all packets"
+}
+
 func ourVerdicts(t *testing.T, expr string, frames []frame) []bool {
 	t.Helper()
 	raw, err := compileRaw(expr, LinkEthernet, 0)
+	if isRejectsAll(err) {
+		return make([]bool, len(frames))
+	}
 	if err != nil {
 		t.Fatalf("compile %q: %v", expr, err)
 	}
