@@ -13,15 +13,16 @@ import (
 type tokKind int
 
 const (
-	tEOF  tokKind = iota
-	tNum          // 53, 0x35, 065 (octal), or a named constant such as tcp-syn
-	tHID          // dotted IPv4, possibly partial: 10, 10.1, 10.1.2.3
-	tHID6         // IPv6 address
-	tEID          // MAC address
-	tID           // any other word (port range "1-1024", \name)
-	tAnd          // and &&
-	tOr           // or ||
-	tNot          // not !
+	tEOF         tokKind = iota
+	tNum                 // 53, 0x35, 065 (octal), or a named constant such as tcp-syn
+	tHID                 // dotted IPv4, possibly partial: 10, 10.1, 10.1.2.3
+	tHID6                // IPv6 address
+	tEID                 // MAC address
+	tID                  // any other word (port range "1-1024", \name)
+	tUnsupported         // a pcap-filter keyword this package does not implement
+	tAnd                 // and &&
+	tOr                  // or ||
+	tNot                 // not !
 	tLParen
 	tRParen
 	tLBrack
@@ -88,6 +89,25 @@ var keywords = map[string]tokKind{
 	"ether": tEther, "link": tEther, "ip": tIP, "ip6": tIP6, "arp": tARP, "rarp": tRARP,
 	"tcp": tTCP, "udp": tUDP, "sctp": tSCTP, "icmp": tICMP, "icmp6": tICMP6,
 	"igmp": tIGMP, "igrp": tIGRP, "pim": tPIM, "vrrp": tVRRP, "ah": tAH, "esp": tESP,
+}
+
+// unsupported are pcap-filter keywords outside this package's subset,
+// named in errors so a user knows the word was understood.
+var unsupported = map[string]bool{
+	"mpls": true, "pppoed": true, "pppoes": true, "geneve": true, "vxlan": true, "inbound": true,
+	"outbound": true, "ifindex": true, "protochain": true, "llc": true, "stp": true, "ipx": true,
+	"netbeui": true, "atalk": true, "aarp": true, "decnet": true, "lat": true, "sca": true,
+	"moprc": true, "mopdl": true, "iso": true, "esis": true, "es-is": true, "isis": true,
+	"is-is": true, "clnp": true, "l1": true, "l2": true, "iih": true, "lsp": true, "snp": true,
+	"csnp": true, "psnp": true, "radio": true, "wlan": true, "fddi": true, "tr": true, "ppp": true,
+	"slip": true, "carp": true, "batadv": true, "type": true, "subtype": true, "dir": true,
+	"addr1": true, "addr2": true, "addr3": true, "addr4": true, "ra": true, "ta": true, "on": true,
+	"ifname": true, "rnr": true, "rulenum": true, "reason": true, "rset": true, "ruleset": true,
+	"srnr": true, "subrulenum": true, "action": true, "lane": true, "metac": true, "bcc": true,
+	"sc": true, "ilmic": true, "oamf4ec": true, "oamf4sc": true, "oam": true, "oamf4": true,
+	"connectmsg": true, "metaconnect": true, "vpi": true, "vci": true, "fisu": true, "lssu": true,
+	"msu": true, "hfisu": true, "hlssu": true, "hmsu": true, "sio": true, "opc": true, "dpc": true,
+	"sls": true, "hsio": true, "hopc": true, "hdpc": true, "hsls": true, "byte": true,
 }
 
 // namedConstants are the field offsets and values pcap-filter lets a
@@ -300,6 +320,9 @@ func operator(s string) (tokKind, int) {
 func classify(w string, col int) token {
 	if k, ok := keywords[w]; ok {
 		return token{kind: k, text: w, col: col}
+	}
+	if unsupported[w] {
+		return token{kind: tUnsupported, text: w, col: col}
 	}
 	if v, ok := namedConstants[w]; ok {
 		return token{kind: tNum, text: w, col: col, num: v}

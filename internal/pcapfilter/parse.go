@@ -105,7 +105,9 @@ func parse(expr string) (bexpr, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t := p.peek(); t.kind != tEOF {
+	if t := p.peek(); t.kind == tUnsupported {
+		return nil, unsupportedErr(t)
+	} else if t.kind != tEOF {
 		return nil, syntaxErr(t.col, "expected 'and', 'or' or end of expression, found %s", describe(t))
 	}
 	return b, nil
@@ -265,6 +267,8 @@ func (p *parser) rterm(prev qual) (bexpr, qual, error) {
 		return b, qual{}, err
 	case t.kind == tHID || t.kind == tHID6 || t.kind == tEID || t.kind == tID:
 		return nil, qual{}, syntaxErr(t.col, "%s needs a qualifier such as 'host', 'net' or 'port' before it", describe(t))
+	case t.kind == tUnsupported:
+		return nil, qual{}, unsupportedErr(t)
 	}
 	return nil, qual{}, syntaxErr(t.col, "expected a primitive such as 'host', 'port', 'tcp' or '(', found %s", describe(t))
 }
@@ -381,10 +385,16 @@ func (p *parser) id(q qual) (bexpr, qual, error) {
 		b, err = p.eid(t, q)
 	case tID:
 		b, err = p.nameID(t, q)
+	case tUnsupported:
+		err = unsupportedErr(t)
 	default:
 		err = syntaxErr(t.col, "expected %s, found %s", valueWanted(q), describe(t))
 	}
 	return b, q, err
+}
+
+func unsupportedErr(t token) error {
+	return invalidErr(t.col, "%q is a pcap-filter keyword this compiler does not support", t.text)
 }
 
 func valueWanted(q qual) string {
