@@ -11,9 +11,14 @@
 // includes the verdicts its optimiser decides: tests are done once per
 // path ("udp and port 53" checks the ethertype once), and a load whose
 // value cannot change the outcome is dropped, so a frame too short for it
-// is not rejected ("ip or not ip" accepts an empty frame). An expression
-// that matches nothing is refused ("tcp and vlan": expression rejects all
-// packets), as tcpdump refuses it.
+// is not rejected ("ip or not ip" accepts an empty frame). One thing
+// differs: libpcap's optimiser also reorders tests, so for a few
+// expressions, on a frame cut short before bytes the filter reads, it
+// skips a load this package's program makes and accepts a frame this one
+// rejects ("not port 0 or not port 1" on a frame that ends between the
+// source and destination ports). An expression that matches nothing is
+// refused ("tcp and vlan": expression rejects all packets), as tcpdump
+// refuses it.
 //
 // Only the Ethernet link type is supported. Names that need a lookup
 // (host names, service names such as "port domain", "gateway") are

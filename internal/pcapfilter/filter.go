@@ -181,8 +181,9 @@ func (f *Filter) Program() []bpf.RawInstruction {
 }
 
 // Match tells whether the frame passes the filter. The frame is the whole
-// frame, so "len" is len(frame).
-func (f *Filter) Match(frame []byte) bool { return f.Run(frame) != 0 }
+// frame, so "len" is len(frame). A nil *Filter matches every frame, so a
+// capture without a filter needs no special case.
+func (f *Filter) Match(frame []byte) bool { return f == nil || f.Run(frame) != 0 }
 
 // Run executes the program on frame and returns what it returns: 0 to
 // drop, otherwise the number of bytes to capture. A load past the end of

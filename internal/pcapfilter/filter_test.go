@@ -246,6 +246,13 @@ func TestLongProgramsUseTrampolines(t *testing.T) {
 	}
 }
 
+func TestNilFilterMatchesEverything(t *testing.T) {
+	var f *Filter
+	if !f.Match(nil) || !f.Match(frameNamed(t, "arp-request")) {
+		t.Error("nil Filter does not match")
+	}
+}
+
 func TestMatchDoesNotAllocate(t *testing.T) {
 	f, err := New("vlan 100 and udp port 53 or tcp[13] & 2 != 0 and ip[2:2] * 2 > len", LinkEthernet, 0)
 	if err != nil {

@@ -58,8 +58,14 @@ func FuzzCompile(f *testing.F) {
 }
 
 // FuzzAgainstTcpdump compiles each input with tcpdump too and, when both
-// accept it, requires the same verdict on every frame. It runs tcpdump
-// once per input, so its seeds are few; the verdict table covers more.
+// accept it, requires the same verdict on every frame, except where the
+// program that rejects did so by reading past the end of the frame:
+// libpcap's optimiser also reorders tests, so on a truncated frame it can
+// skip a load this compiler's program makes ("not port 0 or not port 1"
+// tests the source port against 1 before the destination port against 0
+// and never reads the destination port of a frame cut after the source).
+// It runs tcpdump once per input, so its seeds are few; the verdict table
+// requires exact equality on every frame.
 func FuzzAgainstTcpdump(f *testing.F) {
 	path := needTcpdump(f)
 	for _, e := range []string{"udp and port 53", "tcp[13] & 2 != 0", "vlan and host 10.0.0.1", "not port 9 or arp",
@@ -86,8 +92,18 @@ func FuzzAgainstTcpdump(f *testing.F) {
 		default:
 			want = verdicts(t, "tcpdump", theirs, frames)
 		}
-		if bitsHex(got) != bitsHex(want) {
-			t.Fatalf("%q: %s", expr, diffVerdicts(frames, got, want))
+		for i, fr := range frames {
+			if got[i] == want[i] {
+				continue
+			}
+			rejecter := ours
+			if !want[i] {
+				rejecter = theirs
+			}
+			if _, aborted := refRun(rejecter, fr.b); aborted && len(rejecter) > 0 {
+				continue
+			}
+			t.Fatalf("%q on %s: ours %v, tcpdump %v", expr, fr.name, got[i], want[i])
 		}
 	})
 }

@@ -2,6 +2,7 @@ package pcapfilter
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/net/bpf"
 )
@@ -42,7 +44,14 @@ func tcpdumpCompile(path, expr string) ([]bpf.RawInstruction, error) {
 	if expr != "" {
 		args = append(args, "--", expr)
 	}
-	out, err := exec.Command(path, args...).CombinedOutput()
+	// libpcap's optimiser can take very long on some expressions; such
+	// an expression is not one to compare on.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("tcpdump %q: %w", expr, ctx.Err())
+	}
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
 		if strings.Contains(msg, "rejects all packets") {
