@@ -233,8 +233,12 @@ func (p *parser) load(proto token, checks *[]bexpr) (aexpr, error) {
 		return nil, invalidErr(proto.col, "'%s' cannot be indexed", proto.text)
 	}
 	if k, ok := idx.(constA); ok {
-		if uint64(l.off)+uint64(k) > 0xffffffff-4 {
-			return nil, invalidErr(proto.col, "offset %d is too large", uint32(k))
+		// Classic BPF reads an absolute offset at or above 2^31 as
+		// ancillary data (SKF_AD_OFF and friends), not frame bytes; no
+		// frame is that long, so such an offset ("ether[-10]") is a
+		// mistake.
+		if uint64(l.off)+uint64(k) >= 1<<31 {
+			return nil, invalidErr(proto.col, "offset %d is past the end of any frame", int32(k))
 		}
 		l.off += uint32(k)
 	} else {

@@ -118,6 +118,7 @@ func TestCompileErrorsNameColumnAndProblem(t *testing.T) {
 		{"tcp and", "found end of expression"},
 		{"src proto 6", "'proto' cannot follow 'src' or 'dst'"},
 		{"ah[0] = 1", "'ah' cannot be indexed"},
+		{"ether[-10] = 0", "at column 1: offset -10 is past the end of any frame"},
 		{"mpls and tcp", `at column 1: "mpls" is a pcap-filter keyword this compiler does not support`},
 		{"tcp and inbound", `at column 9: "inbound" is a pcap-filter keyword`},
 		{"ip6 protochain 6", `at column 5: "protochain" is a pcap-filter keyword`},
