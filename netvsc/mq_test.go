@@ -248,3 +248,116 @@ func TestEveryKernelProfile(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedInterruptFdPerQueueAccounting: on 6.16 and later every queue's
+// interrupts arrive on the primary's uio fd and wake every sleeping queue.
+// A queue that sleeps while another carries the traffic has slept once and
+// counted none of the other's interrupts as its own wake-ups.
+func TestSharedInterruptFdPerQueueAccounting(t *testing.T) {
+	for _, prof := range []sim.Profile{sim.Profile6_16, sim.Profile6_18} {
+		t.Run(prof.String(), func(t *testing.T) {
+			h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: prof})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			n := openOn(t, h, sim.NICConfig{MaxQueues: 2}, sim.NewReflector(), netvsc.Config{Queues: 2, Mode: netvsc.Interrupt})
+			defer n.Close()
+			qs := n.Queues()
+			if len(qs) != 2 {
+				t.Fatalf("%d queues", len(qs))
+			}
+			// Every test frame has the same addresses, so RSS puts all of
+			// them on one queue: find which.
+			peer := []byte{0x02, 0, 0, 0, 0, 9}
+			sendOne(t, qs[0], frame(peer, n.MAC(), 100, 0, 1000), netvsc.Meta{})
+			busy := -1
+			rx := make([]*netvsc.Packet, 64)
+			for deadline := time.Now().Add(10 * time.Second); busy < 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("the first frame did not come back")
+				}
+				for i, q := range qs {
+					if k := q.RxBurst(rx); k > 0 {
+						netvsc.PutBurst(rx[:k])
+						busy = i
+					}
+				}
+			}
+			// Reap the first send's completion too (it comes back on queue
+			// 0), so that the idle queue has nothing left to do.
+			waitCond(t, "the first send's completion", func() bool {
+				for _, q := range qs {
+					if k := q.RxBurst(rx); k > 0 {
+						t.Fatalf("an unexpected frame on queue %d", q.Index())
+					}
+				}
+				return qs[0].Stats().TxPackets == 1
+			})
+			bq, iq := qs[busy], qs[1-busy]
+			i0 := iq.Stats()
+			ctx, cancel := context.WithCancel(context.Background())
+			slept := make(chan error, 1)
+			go func() { slept <- iq.Wait(ctx) }()
+			waitCond(t, "the idle queue to sleep", func() bool {
+				select {
+				case err := <-slept:
+					t.Fatalf("the idle queue's Wait returned at once: %v; %+v", err, iq.Stats())
+				default:
+				}
+				return iq.Stats().Channel.IdleWaits > i0.Channel.IdleWaits
+			})
+			for i := range 200 {
+				sendOne(t, bq, frame(peer, n.MAC(), 64+i, uint32(i+1), 1000), netvsc.Meta{})
+				for deadline := time.Now().Add(10 * time.Second); bq.RxBurst(rx[:1]) == 0; {
+					if time.Now().After(deadline) {
+						t.Fatalf("frame %d did not come back", i+1)
+					}
+					if err := bq.Wait(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rx[0].Free()
+			}
+			select {
+			case err := <-slept:
+				cancel()
+				t.Fatalf("the idle queue's Wait returned with nothing for it: %v", err)
+			default:
+			}
+			cancel()
+			if err := <-slept; !errors.Is(err, context.Canceled) {
+				t.Fatalf("idle queue's Wait: %v", err)
+			}
+			i1, b1 := iq.Stats(), bq.Stats()
+			t.Logf("idle queue %d: %+v\nbusy queue %d: %+v", iq.Index(), i1.Channel, bq.Index(), b1.Channel)
+			if i1.Channel.SharedWakeups == i0.Channel.SharedWakeups {
+				t.Fatal("the busy queue's interrupts never reached the idle queue: the test shows nothing")
+			}
+			if i1.Channel.Wakeups != i0.Channel.Wakeups {
+				t.Errorf("the idle queue counted %d wake-ups of its own", i1.Channel.Wakeups-i0.Channel.Wakeups)
+			}
+			if d := i1.Channel.IdleWaits - i0.Channel.IdleWaits; d != 1 {
+				t.Errorf("the idle queue counted %d sleeps, want 1", d)
+			}
+			if b1.Channel.Wakeups == 0 {
+				t.Errorf("the busy queue counted no wake-ups")
+			}
+			if i1.SleepSeconds <= i0.SleepSeconds {
+				t.Errorf("the idle queue's sleep time did not grow")
+			}
+		})
+	}
+}
+
+// waitCond polls cond until it holds or a generous deadline passes.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
