@@ -401,6 +401,7 @@ func (s *session) handshake(ctx context.Context) error {
 		return err
 	}
 	s.subAlloc, s.subAllocs = rb.Section.SubAllocSize, rb.Section.NumSubAllocs
+	s.queues[0].initAcks()
 	resp, err = c.nvsp(ctx, NVSPSendBuf{GPADLHandle: s.sendGPADL, ID: NVSChimSig}.Marshal(nil), true)
 	if err != nil {
 		return err

@@ -101,6 +101,30 @@ func TestHostFaultResetsOnlyThatDevice(t *testing.T) {
 	}
 }
 
+// TestDuplicateTIDKillsDevice: the host sends a receive packet twice with
+// the same transaction id while the first is not completed. The guest
+// can see that only while the first is still owed (both arrive in one
+// drain, as the host publishes them together), so the one-shot fault is
+// re-armed until it lands.
+func TestDuplicateTIDKillsDevice(t *testing.T) {
+	_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); err == nil && time.Now().Before(deadline); {
+		sn.SetFault(sim.NICFaultDuplicateTID, true)
+		err = traffic(n, 100*time.Millisecond)
+	}
+	var de *netvsc.DeviceError
+	if !errors.As(err, &de) || de.Check != "netvsc: duplicate transaction id" {
+		t.Fatalf("%v, want a *DeviceError for a duplicate transaction id", err)
+	}
+	if pe, ok := netvsc.IsProtocolError(err); !ok || pe.Kind != netvsc.KindDuplicateTID {
+		t.Errorf("not a duplicate-tid *ProtocolError: %v", err)
+	}
+	if v := n.Stats().Violations; v["netvsc: duplicate transaction id"] != 1 {
+		t.Errorf("violations %v", v)
+	}
+}
+
 func TestRingFaultKillsDevice(t *testing.T) {
 	for _, f := range []sim.Fault{sim.FaultBadLen8, sim.FaultBadType, sim.FaultCorruptWriteIndex, sim.FaultBadRanges} {
 		t.Run(f.String(), func(t *testing.T) {

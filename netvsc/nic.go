@@ -519,7 +519,6 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 		stage:   make([]*Packet, cfg.RxStage),
 		fresh:   make([]*Packet, 32),
 		scratch: make([]byte, maxControlMessage),
-		acks:    make([]uint64, 0, 1024),
 		ackMsg:  NVSPRNDISComplete{Status: NVSPStatSuccess}.Marshal(nil),
 		txWake:  make(chan struct{}, 1),
 		gpa:     newIdxRing(gpaSlots),
@@ -534,8 +533,18 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 	for i := range gpaSlots {
 		q.gpa.put(uint32(i))
 	}
+	q.initAcks()
 	q.lastRx.Store(nanotime())
 	return q, nil
+}
+
+// initAcks sizes the queue's owed receive completions once the receive
+// buffer's sub-allocation count is known (sub-channels are set up after;
+// the primary is set up before and again once the count arrives).
+func (q *Queue) initAcks() {
+	q.ackMu.Lock()
+	q.acks.init(q.s.subAllocs)
+	q.ackMu.Unlock()
 }
 
 // assignSections gives queue q of nq its run of send sections, bounded by
