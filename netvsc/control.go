@@ -464,6 +464,13 @@ func (s *session) handshake(ctx context.Context) error {
 		s.log.Info("host lowered the MTU", "asked", s.mtu, "mtu", mfs)
 		s.mtu = int(mfs)
 	}
+	// The largest frame a send section holds, with the per-packet info a
+	// frame can carry (hash, VLAN, checksum). Bigger ones go GPA-direct
+	// only; without a pool they are dropped (tx_queue_N_drop_oversize).
+	if copyMax := s.aggMax - RNDISPacketHeaderSize - 3*PPIUint32Size; cfg.GPAPool == nil && s.mtu+EthernetHeaderSize > copyMax {
+		s.log.Warn("no GPA pool: frames larger than a send section will be dropped", "mtu", s.mtu,
+			"send_section", s.send.sectionSize, "largest_frame", copyMax)
+	}
 	info, err := c.query(ctx, OID8023PermanentAddress, nil)
 	if err != nil {
 		return err
