@@ -66,10 +66,7 @@ type Handle struct {
 // handed to user space, maps its primary channel and starts listening for
 // interrupts.
 func Open(dev Device, opts Options) (*Handle, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := LimitLogger(opts.Logger, 0, 0) // a host can repeat what we log: lograte.go
 	info, err := uio.ForDevice(dev.Root, dev.Path)
 	if err != nil {
 		return nil, fmt.Errorf("vmbus: open %s: not bound to uio_hv_generic: %w", dev.Instance, err)
