@@ -38,6 +38,7 @@ type NIC struct {
 	linkChanges  atomic.Uint64
 	reconfigures atomic.Uint64
 	ctlTimeouts  atomic.Uint64
+	ctlFailures  atomic.Uint64
 	rxIgnored    atomic.Uint64
 	interrupts   atomic.Uint64 // of sessions torn down
 
@@ -138,6 +139,10 @@ func Open(ctx context.Context, dev vmbus.Device, cfg Config) (*NIC, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Much of what a NIC logs a host can make it log again and again
+	// (vmbus/lograte.go); pass a vmbus.LimitLogger to keep the limits
+	// across resets.
+	cfg.Logger = vmbus.LimitLogger(cfg.Logger, 0, 0)
 	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("nic", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{}}
 	s, err := n.bringUp(ctx, cfg)
 	if err != nil {
@@ -249,8 +254,9 @@ func (n *NIC) Stats() Stats {
 		Violations:   n.viol.snapshot(),
 		LinkChanges:  n.linkChanges.Load(),
 		Reconfigures: n.reconfigures.Load(), ControlTimeouts: n.ctlTimeouts.Load(),
-		RxIgnored:  n.rxIgnored.Load() + s.rxIgnored.Load(),
-		Interrupts: n.interrupts.Load() + s.h.Interrupts(),
+		ControlFailures: n.ctlFailures.Load(),
+		RxIgnored:       n.rxIgnored.Load() + s.rxIgnored.Load(),
+		Interrupts:      n.interrupts.Load() + s.h.Interrupts(),
 	}
 	if st.Violations == nil {
 		st.Violations = map[string]uint64{}

@@ -309,7 +309,7 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 	case cookieCtl:
 		q.s.ctl.onNVSP(p.Cookie, p.Payload())
 	case cookieCtlSend:
-		q.s.ctl.onSendDone(p.Payload())
+		return q.s.ctl.onSendDone(p.Payload())
 	default:
 		return perr("COMPLETION", KindType, "cookie", p.Cookie)
 	}
@@ -319,7 +319,10 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 func (q *Queue) countTxDone(st NVSPStatus, frames, bytes uint32) {
 	q.c.txCompletions.inc()
 	if st != NVSPStatSuccess {
+		// Linux logs it and frees the send all the same; the host
+		// dropped the frames, the device carries on.
 		q.c.txFailed.add(uint64(frames))
+		q.s.log.Warn("host failed a send", "queue", q.idx, "status", st.String(), "frames", frames)
 		return
 	}
 	q.c.txPackets.add(uint64(frames))

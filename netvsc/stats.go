@@ -107,6 +107,10 @@ type Stats struct {
 	// Interrupts the device delivered; LinkChanges seen; Resets:
 	// configurations torn down (Reconfigure); ControlTimeouts.
 	Interrupts, LinkChanges, Reconfigures, ControlTimeouts uint64
+	// ControlFailures: control requests the host answered with a failure
+	// status (NVSP or RNDIS; each also logged) and control sends it
+	// completed with one. Failed data sends are tx_queue_N_failed.
+	ControlFailures uint64
 	// RxIgnored: data frames acknowledged and dropped because the data
 	// path was not running (bring-up, DPDK 107f3cf310).
 	RxIgnored uint64
