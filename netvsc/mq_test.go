@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // rxAll runs an RxBurst/Wait loop per queue until ctx ends, counting.
@@ -359,5 +360,75 @@ func waitCond(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSubchannelsWithSplitIDsAllOpen: a host that writes each
+// sub-channel's subchannel_id in two steps still gets every queue used.
+func TestSubchannelsWithSplitIDsAllOpen(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{MaxQueues: 4, RingSize: 256 << 10, SubchannelRingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewReflector())
+	sn.Device().SetFault(sim.FaultSplitSubchannelID, true)
+	n := openNIC(t, h, sn, netvsc.Config{Queues: 4})
+	defer n.Close()
+	if got := len(n.Queues()); got != 4 {
+		t.Fatalf("%d queues, want 4", got)
+	}
+	if hits := sn.Device().Faults().Hits(sim.FaultSplitSubchannelID); hits != 3 {
+		t.Fatalf("%d ids split, want 3", hits)
+	}
+	for _, q := range n.Queues() {
+		roundTrip(t, n, q, 50, []int{64, 1000})
+	}
+}
+
+// TestRescindDuringSubchannelWait: the host takes the NIC away while Open
+// waits for sub-channels that never open; Open returns at once with the
+// rescind, not when SubchannelTimeout ends.
+func TestRescindDuringSubchannelWait(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{MaxQueues: 4, NeverOpen: 3, RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewReflector())
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := netvsc.Open(context.Background(), dev, netvsc.Config{Queues: 4, SubchannelTimeout: time.Hour, PoolPackets: 256})
+		if err == nil {
+			n.Close()
+		}
+		done <- err
+	}()
+	waitCond(t, "the sub-channels to be offered", func() bool {
+		chans, err := dev.ReadChannels()
+		return err == nil && len(chans) == 4
+	})
+	if err := sn.Device().Rescind(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, vmbus.ErrRescinded) {
+			t.Fatalf("Open: %v, want ErrRescinded", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open did not return on the rescind")
 	}
 }

@@ -363,3 +363,83 @@ func TestSharedInterruptFdCountsWakeupsPerChannel(t *testing.T) {
 		})
 	}
 }
+
+// TestSubchannelIDWrittenInTwoSteps: a host that writes subchannel_id in
+// two steps (empty first) must not cost the guest those sub-channels: each
+// is tried again until its id reads whole.
+func TestSubchannelIDWrittenInTwoSteps(t *testing.T) {
+	_, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10, SubchannelRingSize: 64 << 10}, vmbus.Options{})
+	d.SetFault(sim.FaultSplitSubchannelID, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := echo.RequestSubchannels(hd.Primary(), 3, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	expectEcho(t, ctx, hd.Primary(), 1<<63)
+	subs, err := hd.OpenSubchannels(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subs) != 3 {
+		t.Fatalf("%d sub-channels opened, want all 3", len(subs))
+	}
+	if hits := d.Faults().Hits(sim.FaultSplitSubchannelID); hits != 3 {
+		t.Fatalf("the fault split %d ids, want 3", hits)
+	}
+	seen := map[uint16]bool{}
+	for _, ch := range subs {
+		if id := ch.SubchannelID(); id == 0 || seen[id] {
+			t.Errorf("sub-channel %d has subchannel_id %d", ch.RelID(), id)
+		}
+		seen[ch.SubchannelID()] = true
+		p := &echo.Pump{Size: 128, Window: 8}
+		if err := p.Run(ctx, ch, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRescindEndsTheSubchannelWait: a rescind while the guest waits for
+// sub-channels that never open ends the wait at once with ErrRescinded,
+// not when the wait's context does.
+func TestRescindEndsTheSubchannelWait(t *testing.T) {
+	for _, prof := range sim.Profiles() {
+		t.Run(prof.String(), func(t *testing.T) { testRescindEndsTheSubchannelWait(t, prof) })
+	}
+}
+
+func testRescindEndsTheSubchannelWait(t *testing.T, prof sim.Profile) {
+	_, d, hd := newSimDevice(t, prof, sim.DeviceConfig{RingSize: 64 << 10, SubchannelRingSize: 64 << 10}, vmbus.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := echo.RequestSubchannels(hd.Primary(), 2, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	expectEcho(t, ctx, hd.Primary(), 1<<63)
+	type result struct {
+		subs []*vmbus.Channel
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Hour)
+		defer wcancel()
+		subs, err := hd.OpenSubchannels(wctx, 2)
+		done <- result{subs, err}
+	}()
+	waitFor(t, "both sub-channels offered", func() bool {
+		chans, err := hd.Device().ReadChannels()
+		return err == nil && len(chans) == 3
+	})
+	if err := d.Rescind(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, vmbus.ErrRescinded) || len(r.subs) != 0 {
+			t.Fatalf("OpenSubchannels: %d sub-channels, %v; want none and ErrRescinded", len(r.subs), r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the sub-channel wait did not end on the rescind")
+	}
+}
