@@ -188,7 +188,9 @@ func (h *Host) Device(instance vmbus.GUID) *Device {
 	return h.devs[instance]
 }
 
-// Close rescinds every device and stops the host. The tree stays.
+// Close rescinds every device and stops the host. The tree stays, but for
+// R/dev/guestmem: guest RAM lives as long as the host that serves it (a
+// guest's pool in it is stale then: netvsc.GPAPool.Valid).
 func (h *Host) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -210,6 +212,9 @@ func (h *Host) Close() error {
 	unmapMem(h.monPage)
 	h.intFile.Close()
 	h.monFile.Close()
+	if err := removeGuestMemFile(h.cfg.Root); err != nil && first == nil {
+		first = err
+	}
 	h.lock.Close() // releases the root
 	h.log.Info("simulated host stopped")
 	return first

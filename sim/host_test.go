@@ -114,3 +114,30 @@ func TestConfigFaultsReachEveryDevice(t *testing.T) {
 		t.Fatalf("devices seen: %v, want a test device, a NIC and an hv_sock channel", kinds)
 	}
 }
+
+// TestCloseRemovesGuestMemory: R/dev/guestmem, created for a NIC, goes
+// with the host that served it (on tmpfs its pages hold RAM); the rest of
+// the tree stays.
+func TestCloseRemovesGuestMemory(t *testing.T) {
+	root := t.TempDir()
+	h, err := New(Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddNIC(NICConfig{RingSize: 64 << 10, RecvBuffer: 1 << 20, SendBuffer: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join(root, GuestMemPath)
+	if _, err := os.Stat(mem); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mem); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s after Close: %v", mem, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, osReleasePath)); err != nil {
+		t.Fatalf("the tree went too: %v", err)
+	}
+}
