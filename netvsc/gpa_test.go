@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // collect receives frames from every queue until want arrived or timeout.
@@ -318,6 +319,50 @@ func TestLargeFramesWithoutGPA(t *testing.T) {
 	if st := q.Stats(); st.TxTooBig != before+1 {
 		t.Errorf("tx_too_big %d, want %d", st.TxTooBig, before+1)
 	}
+}
+
+// TestStaleSimGPAPoolIsRefused: a pool carved from the guest memory of a
+// simulated host that has since stopped (it removes R/dev/guestmem) is
+// stale: the next host reads another file, so Open refuses the pool
+// rather than send frames the host cannot see. A fresh pool works.
+func TestStaleSimGPAPoolIsRefused(t *testing.T) {
+	root := t.TempDir()
+	nc := sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20}
+	h, err := sim.New(sim.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddNIC(nc); err != nil {
+		t.Fatal(err)
+	}
+	old := newGPAPool(t, h)
+	if err := old.Valid(); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	if err := old.Valid(); !errors.Is(err, netvsc.ErrGPAPoolStale) {
+		t.Fatalf("pool of a stopped host: %v, want ErrGPAPoolStale", err)
+	}
+	h, err = sim.New(sim.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewReflector())
+	dev, err := vmbus.LookupDevice(root, sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netvsc.Open(context.Background(), dev, netvsc.Config{GPAPool: old}); !errors.Is(err, netvsc.ErrGPAPoolStale) {
+		t.Fatalf("Open with a stale pool: %v, want ErrGPAPoolStale", err)
+	}
+	n := openNIC(t, h, sn, netvsc.Config{GPAPool: newGPAPool(t, h)})
+	defer n.Close()
+	roundTrip(t, n, n.Queues()[0], 20, []int{1514})
 }
 
 // TestLSO: a 30000-byte TCP frame marked for LSO comes back as MSS-sized

@@ -143,6 +143,11 @@ func Open(ctx context.Context, dev vmbus.Device, cfg Config) (*NIC, error) {
 	// (vmbus/lograte.go); pass a vmbus.LimitLogger to keep the limits
 	// across resets.
 	cfg.Logger = vmbus.LimitLogger(cfg.Logger, 0, 0)
+	if cfg.GPAPool != nil {
+		if err := cfg.GPAPool.Valid(); err != nil {
+			return nil, err
+		}
+	}
 	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("nic", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{}}
 	s, err := n.bringUp(ctx, cfg)
 	if err != nil {
