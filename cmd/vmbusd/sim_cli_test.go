@@ -197,3 +197,31 @@ func TestSimFaultReachesEveryDevice(t *testing.T) {
 		t.Fatal("the guest's hv_sock connection saw nothing")
 	}
 }
+
+// TestSimLeavesNoDeviceFiles: when `vmbusd sim` exits, nothing it served
+// stays behind: no uio sockets, no hv_sock sockets, no guest memory file
+// (the sysfs tree stays, as the kernel's would).
+func TestSimLeavesNoDeviceFiles(t *testing.T) {
+	root := shmDirT(t)
+	front := filepath.Join(root, "hvsock-front")
+	p := runSimProc(t, root, "--test", "1", "--nic", "1", "--hvsock", front)
+	for _, f := range []string{"dev/uio0", "dev/uio1", "dev/vmbus-tl", "dev/guestmem", "hvsock-front"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Fatalf("while running: %v", err)
+		}
+	}
+	p.stop()
+	if ents, err := os.ReadDir(filepath.Join(root, "dev")); err != nil || len(ents) != 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("R/dev after exit: %v %v, want empty", names, err)
+	}
+	if _, err := os.Stat(front); !os.IsNotExist(err) {
+		t.Errorf("%s after exit: %v", front, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "proc/sys/kernel/osrelease")); err != nil {
+		t.Errorf("the tree went too: %v", err)
+	}
+}
