@@ -58,8 +58,9 @@ type Config struct {
 	MTU  int
 	Mode Mode
 	// GPAPool, when set, provides packet buffers whose guest-physical
-	// pages are known, so frames larger than a send section go GPA-direct
-	// instead of being segmented in software.
+	// pages are known, so frames larger than a send section go GPA-direct.
+	// Without one such frames are dropped (QueueStats.TxDropOversize);
+	// only TSO super-frames are segmented in software.
 	GPAPool *GPAPool
 	// ControlTimeout bounds each NVSP or RNDIS control request (0: 60 s;
 	// Azure hosts may take 15 s, DPDK d564751748).

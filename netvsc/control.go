@@ -71,12 +71,22 @@ func (c *control) onNVSP(cookie uint64, payload []byte) {
 	c.poke()
 }
 
-// onSendDone takes the completion of the control section's send.
-func (c *control) onSendDone(payload []byte) {
+// onSendDone takes the completion of the control section's send. A
+// failure status is the host's to report, not a violation: counted and
+// logged (the answer, if any, still decides the request).
+func (c *control) onSendDone(payload []byte) error {
+	st, err := sendStatus(payload)
 	c.rmu.Lock()
 	c.sendBusy = false
 	c.rmu.Unlock()
 	c.poke()
+	if err != nil {
+		return err
+	}
+	if st != NVSPStatSuccess {
+		c.s.refused("control send", st.String())
+	}
+	return nil
 }
 
 // onRNDIS takes an RNDIS completion. While a request is outstanding the
@@ -286,6 +296,32 @@ func (e *RNDISError) Error() string {
 	return fmt.Sprintf("netvsc: %s: host answered %s", e.Request, e.Status)
 }
 
+// NVSPError is an NVSP request the host answered with a failure status
+// (netvsc.md §2.3): a refusal, not a protocol violation. Open returns one
+// when the host refuses the receive or send buffer, or every NVSP version;
+// Linux gives up on the device then too.
+type NVSPError struct {
+	Request string
+	Status  NVSPStatus
+}
+
+func (e *NVSPError) Error() string {
+	return fmt.Sprintf("netvsc: %s: host answered %s", e.Request, e.Status)
+}
+
+// refused counts and logs a control request or send the host answered
+// with a failure status (Stats.ControlFailures).
+func (s *session) refused(request, status string) {
+	s.nic.ctlFailures.Add(1)
+	s.log.Warn("host refused a control request", "request", request, "status", status)
+}
+
+// rndisFailed counts a failed RNDIS answer and returns it as an error.
+func (s *session) rndisFailed(request string, st RNDISStatus) error {
+	s.refused(request, st.String())
+	return &RNDISError{Request: request, Status: st}
+}
+
 // query runs an RNDIS QUERY and returns the information buffer.
 func (c *control) query(ctx context.Context, oid OID, input []byte) ([]byte, error) {
 	rid := c.nextRID()
@@ -299,7 +335,7 @@ func (c *control) query(ctx context.Context, oid OID, input []byte) ([]byte, err
 		return nil, err
 	}
 	if m.Status != RNDISStatusSuccess {
-		return nil, &RNDISError{Request: "query " + oid.String(), Status: m.Status}
+		return nil, c.s.rndisFailed("query "+oid.String(), m.Status)
 	}
 	return m.Info, nil
 }
@@ -317,7 +353,7 @@ func (c *control) set(ctx context.Context, oid OID, info []byte) error {
 		return err
 	}
 	if m.Status != RNDISStatusSuccess {
-		return &RNDISError{Request: "set " + oid.String(), Status: m.Status}
+		return c.s.rndisFailed("set "+oid.String(), m.Status)
 	}
 	return nil
 }
@@ -350,6 +386,7 @@ func nvspName(msg []byte) string {
 func (s *session) handshake(ctx context.Context) error {
 	c := s.ctl
 	cfg := &s.cfg
+	last := NVSPStatNone
 	for _, v := range NVSPVersions() {
 		if v < NVSPProtocolVersion2 {
 			break
@@ -367,9 +404,15 @@ func (s *session) handshake(ctx context.Context) error {
 			s.version = v
 			break
 		}
+		// openvmm answers NONE to a version it does not speak; anything
+		// else is a refusal worth a line.
+		last = m.Status
+		if m.Status != NVSPStatNone {
+			s.refused(fmt.Sprintf("INIT %#x", v), m.Status.String())
+		}
 	}
 	if s.version == 0 {
-		return fmt.Errorf("netvsc: the host accepts no NVSP version from 6.1 down to 2")
+		return &NVSPError{Request: "INIT 6.1 down to 2", Status: last}
 	}
 	caps := NDISConfigCapIEEE8021Q
 	if s.version >= NVSPProtocolVersion5 {
@@ -394,13 +437,15 @@ func (s *session) handshake(ctx context.Context) error {
 		return err
 	}
 	if rb.Status != NVSPStatSuccess {
-		return fmt.Errorf("netvsc: host refused the receive buffer: %s", rb.Status)
+		s.refused("SEND_RECV_BUF", rb.Status.String())
+		return &NVSPError{Request: "SEND_RECV_BUF", Status: rb.Status}
 	}
 	if err := rb.Validate(len(s.recv)); err != nil {
 		s.fail(err)
 		return err
 	}
 	s.subAlloc, s.subAllocs = rb.Section.SubAllocSize, rb.Section.NumSubAllocs
+	s.queues[0].initAcks()
 	resp, err = c.nvsp(ctx, NVSPSendBuf{GPADLHandle: s.sendGPADL, ID: NVSChimSig}.Marshal(nil), true)
 	if err != nil {
 		return err
@@ -411,7 +456,8 @@ func (s *session) handshake(ctx context.Context) error {
 		return err
 	}
 	if sb.Status != NVSPStatSuccess {
-		return fmt.Errorf("netvsc: host refused the send buffer: %s", sb.Status)
+		s.refused("SEND_SEND_BUF", sb.Status.String())
+		return &NVSPError{Request: "SEND_SEND_BUF", Status: sb.Status}
 	}
 	count, err := sb.SectionCount(len(s.send.mem))
 	if err != nil {
@@ -439,7 +485,7 @@ func (s *session) handshake(ctx context.Context) error {
 		return err
 	}
 	if ic.Status != RNDISStatusSuccess {
-		return &RNDISError{Request: "initialize", Status: ic.Status}
+		return s.rndisFailed("initialize", ic.Status)
 	}
 	s.maxPkts = int(min(max(ic.MaxPacketsPerMessage, 1), 64))
 	s.maxXfer = int(min(uint64(ic.MaxTransferSize), 1<<30))
@@ -462,6 +508,13 @@ func (s *session) handshake(ctx context.Context) error {
 		}
 		s.log.Info("host lowered the MTU", "asked", s.mtu, "mtu", mfs)
 		s.mtu = int(mfs)
+	}
+	// The largest frame a send section holds, with the per-packet info a
+	// frame can carry (hash, VLAN, checksum). Bigger ones go GPA-direct
+	// only; without a pool they are dropped (tx_queue_N_drop_oversize).
+	if copyMax := s.aggMax - RNDISPacketHeaderSize - 3*PPIUint32Size; cfg.GPAPool == nil && s.mtu+EthernetHeaderSize > copyMax {
+		s.log.Warn("no GPA pool: frames larger than a send section will be dropped", "mtu", s.mtu,
+			"send_section", s.send.sectionSize, "largest_frame", copyMax)
 	}
 	info, err := c.query(ctx, OID8023PermanentAddress, nil)
 	if err != nil {
@@ -623,7 +676,8 @@ func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, e
 		return 0, nil, err
 	}
 	if m.Status != NVSPStatSuccess {
-		s.log.Warn("host refused sub-channels: one queue", "status", m.Status.String())
+		s.refused("SUBCHANNEL", m.Status.String())
+		s.log.Warn("no sub-channels: one queue")
 		return 0, nil, nil
 	}
 	granted := int(m.Count)

@@ -73,6 +73,12 @@ const (
 	// KindRSSEntry: an indirection-table entry naming a queue the host does
 	// not have.
 	KindRSSEntry
+	// KindDuplicateTID: a transfer-page packet whose transaction id is one
+	// the guest has not completed yet on that channel: the host handed out
+	// a receive sub-allocation it had not got back (or sent the packet
+	// twice). With ids below the sub-allocation count, this is also how a
+	// host that floods the guest without reading its completions shows.
+	KindDuplicateTID
 	kindEnd
 )
 
@@ -98,6 +104,7 @@ var kindNames = [...]string{
 	KindRSSTable:      "bad rss indirection table",
 	KindRSSKey:        "bad rss key",
 	KindRSSEntry:      "bad rss table entry",
+	KindDuplicateTID:  "duplicate transaction id",
 }
 
 // String returns a short name for the kind, usable as a metric label.

@@ -1,8 +1,12 @@
 package netvsc_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,6 +105,30 @@ func TestHostFaultResetsOnlyThatDevice(t *testing.T) {
 	}
 }
 
+// TestDuplicateTIDKillsDevice: the host sends a receive packet twice with
+// the same transaction id while the first is not completed. The guest
+// can see that only while the first is still owed (both arrive in one
+// drain, as the host publishes them together), so the one-shot fault is
+// re-armed until it lands.
+func TestDuplicateTIDKillsDevice(t *testing.T) {
+	_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); err == nil && time.Now().Before(deadline); {
+		sn.SetFault(sim.NICFaultDuplicateTID, true)
+		err = traffic(n, 100*time.Millisecond)
+	}
+	var de *netvsc.DeviceError
+	if !errors.As(err, &de) || de.Check != "netvsc: duplicate transaction id" {
+		t.Fatalf("%v, want a *DeviceError for a duplicate transaction id", err)
+	}
+	if pe, ok := netvsc.IsProtocolError(err); !ok || pe.Kind != netvsc.KindDuplicateTID {
+		t.Errorf("not a duplicate-tid *ProtocolError: %v", err)
+	}
+	if v := n.Stats().Violations; v["netvsc: duplicate transaction id"] != 1 {
+		t.Errorf("violations %v", v)
+	}
+}
+
 func TestRingFaultKillsDevice(t *testing.T) {
 	for _, f := range []sim.Fault{sim.FaultBadLen8, sim.FaultBadType, sim.FaultCorruptWriteIndex, sim.FaultBadRanges} {
 		t.Run(f.String(), func(t *testing.T) {
@@ -125,30 +153,65 @@ func TestRingFaultKillsDevice(t *testing.T) {
 	}
 }
 
-func TestBringUpFaults(t *testing.T) {
-	for _, tc := range []struct {
-		fault sim.NICFault
-		check string
-	}{
-		{sim.NICFaultRecvSections, "netvsc: section count"},
-		{sim.NICFaultRecvOffset, "netvsc: section offset"},
-		{sim.NICFaultRecvFit, "netvsc: sections do not fit"},
-		{sim.NICFaultSendSection, "netvsc: section size"},
-	} {
-		t.Run(tc.fault.String(), func(t *testing.T) {
-			h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+// TestEveryNICFaultAtBringUp switches each of the simulator's NIC faults
+// on before the guest opens the NIC. A fault that breaks the protocol
+// during bring-up makes Open fail with a *DeviceError whose check names it
+// (CheckOf, as the owner counts it: *ProtocolError, or *vmbus.CorruptError
+// for the ring); a refusal is a typed refusal; the rest first bite on the
+// data path (TestHostFaultResetsOnlyThatDevice) or are tolerated.
+func TestEveryNICFaultAtBringUp(t *testing.T) {
+	want := map[sim.NICFault]string{
+		sim.NICFaultUnknownCompletion:   "vmbus: completion id",
+		sim.NICFaultRecvSections:        "netvsc: section count",
+		sim.NICFaultRecvOffset:          "netvsc: section offset",
+		sim.NICFaultRecvFit:             "netvsc: sections do not fit",
+		sim.NICFaultSendSection:         "netvsc: section size",
+		sim.NICFaultBadIndirectionTable: "netvsc: table count",
+		sim.NICFaultRNDISRequestID:      "netvsc: wrong type",
+		sim.NICFaultRNDISQueryInfo:      "netvsc: out of range",
+		sim.NICFaultBadIndication:       "netvsc: out of range",
+		sim.NICFaultRNDISStatus:         "refused",
+	}
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, f := range sim.AllNICFaults() {
+		t.Run(f.String(), func(t *testing.T) {
+			sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20, MaxQueues: 4,
+				Faults: []sim.NICFault{f}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer h.Close()
-			sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20, Faults: []sim.NICFault{tc.fault}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			defer sn.Remove()
+			sn.Attach(sim.NewReflector())
 			dev, _ := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
-			_, err = netvsc.Open(context.Background(), dev, netvsc.Config{ControlTimeout: 5 * time.Second})
-			if got := netvsc.CheckOf(err); got != tc.check {
-				t.Errorf("Open: %v (check %q), want check %q", err, got, tc.check)
+			n, err := netvsc.Open(context.Background(), dev, netvsc.Config{Queues: 4, ControlTimeout: 5 * time.Second, PoolPackets: 256})
+			if err == nil {
+				n.Close()
+			}
+			check := want[f]
+			switch {
+			case check == "":
+				if err != nil {
+					t.Fatalf("Open: %v, want it to come up", err)
+				}
+			case check == "refused":
+				var re *netvsc.RNDISError
+				if !errors.As(err, &re) || netvsc.CheckOf(err) != "" {
+					t.Fatalf("Open: %v, want an *RNDISError that is no violation", err)
+				}
+			default:
+				var de *netvsc.DeviceError
+				if !errors.As(err, &de) || de.Check != check || netvsc.CheckOf(err) != check {
+					t.Fatalf("Open: %v (check %q), want a *DeviceError with check %q", err, netvsc.CheckOf(err), check)
+				}
+				_, pe := netvsc.IsProtocolError(err)
+				_, ce := vmbus.IsCorrupt(err)
+				if pe == ce {
+					t.Errorf("Open: %v: protocol error %v, ring corruption %v: want exactly one", err, pe, ce)
+				}
 			}
 		})
 	}
@@ -156,9 +219,17 @@ func TestBringUpFaults(t *testing.T) {
 
 func TestTolerableHostBehaviour(t *testing.T) {
 	t.Run("nvsp-status", func(t *testing.T) {
-		_, _, n := newNIC(t, sim.NICConfig{Faults: []sim.NICFault{sim.NICFaultNVSPStatus}}, sim.NewReflector(), netvsc.Config{})
+		var logs syncBuffer
+		_, _, n := newNIC(t, sim.NICConfig{Faults: []sim.NICFault{sim.NICFaultNVSPStatus}}, sim.NewReflector(),
+			netvsc.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if v, _ := n.Protocol(); v != netvsc.NVSPProtocolVersion6 {
 			t.Errorf("NVSP %#x after 6.1 failed, want 6.0", v)
+		}
+		if c := n.Stats().ControlFailures; c != 1 {
+			t.Errorf("%d control failures counted, want 1", c)
+		}
+		if l := logs.String(); !strings.Contains(l, `msg="host refused a control request"`) || !strings.Contains(l, `request="INIT 0x60001" status=fail`) {
+			t.Errorf("no log line for the refused INIT:\n%s", logs.String())
 		}
 	})
 	// table-during-sync is left out: the simulator builds the table in the
@@ -171,14 +242,40 @@ func TestTolerableHostBehaviour(t *testing.T) {
 		t.Logf("ignored during setup: %d", n.Stats().RxIgnored)
 	})
 	t.Run("tx-fail", func(t *testing.T) {
-		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+		var logs syncBuffer
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		sn.SetFault(sim.NICFaultTxFail, true)
 		traffic(n, 50*time.Millisecond)
 		if err := n.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if n.Stats().Queues[0].TxFailed == 0 {
+		if sn.FaultHits(sim.NICFaultTxFail) != 1 {
+			t.Fatal("the fault did not fire")
+		}
+		if st := n.Stats(); st.Queues[0].TxFailed == 0 && st.ControlFailures == 0 {
 			t.Errorf("no failed send counted")
+		}
+		if !strings.Contains(logs.String(), "host failed a send") && !strings.Contains(logs.String(), "request=\"control send\"") {
+			t.Errorf("no log line for the failed send:\n%s", logs.String())
+		}
+	})
+	t.Run("link-flap-logged-at-a-bounded-rate", func(t *testing.T) {
+		var logs syncBuffer
+		_, sn, n := newNIC(t, sim.NICConfig{LinkSpacing: time.Millisecond}, sim.NewReflector(),
+			netvsc.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		sn.SetFault(sim.NICFaultLinkFlap, true)
+		for deadline := time.Now().Add(20 * time.Second); n.Stats().LinkChanges < 4*vmbus.DefaultLogBurst; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d link changes", n.Stats().LinkChanges)
+			}
+			traffic(n, 10*time.Millisecond)
+		}
+		sn.SetFault(sim.NICFaultLinkFlap, false)
+		if err := n.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if k := strings.Count(logs.String(), "msg=link "); k > vmbus.DefaultLogBurst {
+			t.Errorf("%d link lines logged for %d changes, want at most %d a minute", k, n.Stats().LinkChanges, vmbus.DefaultLogBurst)
 		}
 	})
 	t.Run("keepalive", func(t *testing.T) {
@@ -202,10 +299,18 @@ func TestTolerableHostBehaviour(t *testing.T) {
 		}
 	})
 	t.Run("slow-vsp", func(t *testing.T) {
-		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{ControlTimeout: 50 * time.Millisecond})
-		sn.SetControlDelay(time.Second)
-		if _, err := n.QueryLink(context.Background()); !errors.Is(err, netvsc.ErrControlTimeout) {
+		// The bring-up gets the default timeout (a short one can expire
+		// on a loaded machine); the query's context bounds it like
+		// ControlTimeout does, against a host that never answers.
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+		sn.SetControlDelay(time.Hour)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if _, err := n.QueryLink(ctx); !errors.Is(err, netvsc.ErrControlTimeout) {
 			t.Fatalf("QueryLink: %v", err)
+		}
+		if c := n.Stats().ControlTimeouts; c != 1 {
+			t.Errorf("%d control timeouts counted", c)
 		}
 		if n.Err() != nil {
 			t.Fatal(n.Err())
@@ -293,4 +398,22 @@ func TestMalformedHostMessages(t *testing.T) {
 			t.Errorf("%v (check %q)", err, got)
 		}
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

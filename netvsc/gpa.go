@@ -25,11 +25,35 @@ import (
 // Pools carve packet buffers from it (NewPool). Safe for concurrent use.
 type GPAPool struct {
 	kind  string
+	path  string      // a simulator pool's R/dev/guestmem
+	file  os.FileInfo // ... as it was when mapped
 	mem   []byte
 	pfn   []uint64 // per 4 KiB page of mem
 	mu    sync.Mutex
 	next  int
 	unmap func() error
+}
+
+// ErrGPAPoolStale: a simulator pool's R/dev/guestmem is gone or is another
+// file than the one mapped: the simulated host that served it exited (a
+// host removes the file then) and the host reads another guest RAM now.
+// Close the pool and open a new one.
+var ErrGPAPoolStale = errors.New("netvsc: GPA pool stale: the simulator's guest memory was replaced")
+
+// Valid reports whether the host still reads the memory the pool maps:
+// for a simulator pool, that R/dev/guestmem is still the file it mapped
+// (ErrGPAPoolStale otherwise); a hugepage pool is always valid. Open
+// checks it, so that frames are never sent from memory the host does not
+// see.
+func (g *GPAPool) Valid() error {
+	if g.file == nil {
+		return nil
+	}
+	st, err := os.Stat(g.path)
+	if err != nil || !os.SameFile(st, g.file) {
+		return fmt.Errorf("%w (%s)", ErrGPAPoolStale, g.path)
+	}
+	return nil
 }
 
 // ErrNoPagemap: /proc/self/pagemap hides frame numbers (not root, or a
@@ -60,7 +84,7 @@ func OpenSimGPAPool(root string, off, size int) (*GPAPool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netvsc: map %s: %w", path, err)
 	}
-	g := &GPAPool{kind: "sim", mem: mem, pfn: make([]uint64, size/vmbus.HyperVPageSize),
+	g := &GPAPool{kind: "sim", path: path, file: st, mem: mem, pfn: make([]uint64, size/vmbus.HyperVPageSize),
 		unmap: func() error { return unix.Munmap(mem) }}
 	for i := range g.pfn {
 		g.pfn[i] = uint64(off/vmbus.HyperVPageSize + i)

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"os"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // collect receives frames from every queue until want arrived or timeout.
@@ -142,39 +144,225 @@ func TestLargeFramesGPADirect(t *testing.T) {
 	}
 }
 
-// TestLargeFramesWithoutGPA: without pinned memory a jumbo UDP frame is
-// fragmented and a TCP one segmented in software.
+// capture is a vSwitch port that keeps a copy of every frame the host
+// passes on from the guest.
+type capture struct {
+	mu     sync.Mutex
+	frames [][]byte
+}
+
+func (c *capture) Connect(sim.Uplink) error { return nil }
+func (c *capture) Close() error             { return nil }
+func (c *capture) Transmit(frames [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range frames {
+		c.frames = append(c.frames, bytes.Clone(f))
+	}
+}
+
+// wait returns the first n frames the port saw, once it has seen them.
+func (c *capture) wait(t *testing.T, n int) [][]byte {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c.mu.Lock()
+		got := len(c.frames)
+		c.mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the port saw %d frames, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames[:n:n]
+}
+
+// TestJumboFramesReachThePortIntact: with a GPA pool in the simulated
+// guest memory, 9014-byte frames at MTU 9000 (larger than a 6144-byte send
+// section) go GPA-direct and reach the host's vSwitch port byte for byte
+// as sent: UDP, TCP with DF, and a non-IP frame.
+func TestJumboFramesReachThePortIntact(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{MTU: 9000, RingSize: 256 << 10, RecvBuffer: 8 << 20, SendBuffer: 2 << 20,
+		RecvSectionSize: sim.RecvSectionFromMTU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := &capture{}
+	sn.Attach(port)
+	n := openNIC(t, h, sn, netvsc.Config{MTU: 9000, GPAPool: newGPAPool(t, h), PoolPackets: 256})
+	defer n.Close()
+	q := n.Queues()[0]
+	peer := []byte{0x02, 0, 0, 0, 0, 9}
+	var sent [][]byte
+	for i := range 64 {
+		var f []byte
+		switch i % 3 {
+		case 0:
+			f = frame(peer, n.MAC(), 9014, uint32(i), 1000)
+		case 1:
+			f = tcpFrame(peer, n.MAC(), 9014-54, uint32(i))
+		default:
+			f = frame(peer, n.MAC(), 9014, uint32(i), 1000)
+			binary.BigEndian.PutUint16(f[12:], 0x88b5) // local experimental ethertype: not IP
+		}
+		sendOne(t, q, f, netvsc.Meta{})
+		sent = append(sent, f)
+	}
+	got := port.wait(t, len(sent))
+	for i := range sent {
+		if !bytes.Equal(got[i], sent[i]) {
+			t.Fatalf("frame %d: %d bytes reached the port, differing from the %d sent", i, len(got[i]), len(sent[i]))
+		}
+	}
+	if st := q.Stats(); st.TxGPA != 64 || st.TxDropOversize != 0 || st.TxSegmented != 0 {
+		t.Errorf("gpa %d dropped %d segmented %d, want 64 GPA-direct", st.TxGPA, st.TxDropOversize, st.TxSegmented)
+	}
+	if hs := sn.Stats(); hs.TxGPASends != 64 || hs.TxPackets != 64 {
+		t.Errorf("host: %d GPA sends, %d frames", hs.TxGPASends, hs.TxPackets)
+	}
+}
+
+// TestLargeFramesWithoutGPA: without pinned memory a frame larger than a
+// send section is dropped and counted, never cut into IP fragments or
+// segments behind the sender's back; a frame larger than the MTU is
+// dropped too. Only a TSO super-frame (TCP marked MetaTxLSO) is segmented
+// in software, as its sender asked.
 func TestLargeFramesWithoutGPA(t *testing.T) {
-	_, _, n := newNIC(t, sim.NICConfig{MTU: 9000, RecvBuffer: 8 << 20, RecvSectionSize: sim.RecvSectionFromMTU}, sim.NewReflector(),
+	port := &capture{}
+	_, sn, n := newNIC(t, sim.NICConfig{MTU: 9000, RecvBuffer: 8 << 20, RecvSectionSize: sim.RecvSectionFromMTU}, port,
 		netvsc.Config{MTU: 9000, PoolPackets: 256})
 	q := n.Queues()[0]
 	peer := []byte{0x02, 0, 0, 0, 0, 9}
-	sendOne(t, q, frame(peer, n.MAC(), 9014, 1, 1000), netvsc.Meta{})
-	frags := collect(t, n, 2)
-	total := 0
-	for _, f := range frags {
-		total += len(f) - 34
-		if len(f) > 6144 {
-			t.Errorf("fragment of %d bytes", len(f))
+	udp := frame(peer, n.MAC(), 9014, 1, 1000)
+	tcp := tcpFrame(peer, n.MAC(), 8000, 1000) // no MetaTxLSO: not the sender's to cut
+	other := frame(peer, n.MAC(), 7000, 2, 1000)
+	binary.BigEndian.PutUint16(other[12:], 0x88b5)
+	for _, f := range [][]byte{udp, tcp, other} {
+		sendOne(t, q, f, netvsc.Meta{})
+	}
+	small := frame(peer, n.MAC(), 1514, 3, 1000)
+	sendOne(t, q, small, netvsc.Meta{})
+	// One queue, in order: when the small frame is there, the big ones
+	// would have been before it.
+	if got := port.wait(t, 1); !bytes.Equal(got[0], small) {
+		t.Fatalf("the port saw a %d-byte frame first, want the 1514-byte one sent after the dropped ones", len(got[0]))
+	}
+	st := q.Stats()
+	if st.TxDropOversize != 3 || st.TxSegmented != 0 || st.TxSegments != 0 || st.TxCopied != 1 {
+		t.Errorf("dropped %d, segmented %d into %d, copied %d: want 3 dropped, 1 copied", st.TxDropOversize, st.TxSegmented, st.TxSegments, st.TxCopied)
+	}
+	if hs := sn.Stats(); hs.TxPackets != 1 {
+		t.Errorf("host saw %d frames, want 1", hs.TxPackets)
+	}
+	var named uint64
+	stats := n.Stats()
+	for _, c := range stats.Ethtool() {
+		if c.Name == "tx_queue_0_drop_oversize" {
+			named = c.Value
 		}
 	}
-	if total != 9014-34 {
-		t.Errorf("fragments carry %d bytes of IP payload, want %d", total, 9014-34)
+	if named != 3 {
+		t.Errorf("tx_queue_0_drop_oversize = %d", named)
 	}
-	// TCP, segmented to fit a send section (6144 bytes).
-	big := tcpFrame(peer, n.MAC(), 8000, 1000)
-	sendOne(t, q, big, netvsc.Meta{})
-	segs := collect(t, n, 2)
-	got := 0
+
+	// A TSO super-frame beyond the MTU is segmented, MSS-sized, and the
+	// segments carry the payload as sent.
+	pool, err := netvsc.NewPool(4, 65536, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(f []byte, m netvsc.Meta) {
+		t.Helper()
+		p := pool.Get()
+		copy(p.SetLen(len(f)), f)
+		p.Meta = m
+		for q.TxBurst([]*netvsc.Packet{p}) == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := q.WaitTx(ctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	big := tcpFrame(peer, n.MAC(), 20000, 5000)
+	send(big, netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxIPv4 | netvsc.MetaTxTCPChecksum, L3Off: 14, L4Off: 34, MSS: 1448})
+	want := (20000 + 1447) / 1448
+	segs := port.wait(t, 1+want)[1:]
+	var payload []byte
 	for _, s := range segs {
-		got += len(s) - 54
+		if len(s) > 54+1448 {
+			t.Fatalf("segment of %d bytes", len(s))
+		}
+		payload = append(payload, s[54:]...)
 	}
-	if got != 8000 {
-		t.Errorf("segments carry %d payload bytes", got)
+	if !bytes.Equal(payload, big[54:]) {
+		t.Errorf("segments do not join up to the original payload")
 	}
-	if st := q.Stats(); st.TxSegmented != 2 {
-		t.Errorf("segmented %d", st.TxSegmented)
+	if st := q.Stats(); st.TxSegmented != 1 || st.TxSegments != uint64(want) {
+		t.Errorf("segmented %d into %d, want 1 into %d", st.TxSegmented, st.TxSegments, want)
 	}
+
+	// A frame beyond the MTU that is no TSO super-frame is dropped.
+	before := q.Stats().TxTooBig
+	send(frame(peer, n.MAC(), 9100, 4, 1000), netvsc.Meta{})
+	if st := q.Stats(); st.TxTooBig != before+1 {
+		t.Errorf("tx_too_big %d, want %d", st.TxTooBig, before+1)
+	}
+}
+
+// TestStaleSimGPAPoolIsRefused: a pool carved from the guest memory of a
+// simulated host that has since stopped (it removes R/dev/guestmem) is
+// stale: the next host reads another file, so Open refuses the pool
+// rather than send frames the host cannot see. A fresh pool works.
+func TestStaleSimGPAPoolIsRefused(t *testing.T) {
+	root := t.TempDir()
+	nc := sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20}
+	h, err := sim.New(sim.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddNIC(nc); err != nil {
+		t.Fatal(err)
+	}
+	old := newGPAPool(t, h)
+	if err := old.Valid(); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	if err := old.Valid(); !errors.Is(err, netvsc.ErrGPAPoolStale) {
+		t.Fatalf("pool of a stopped host: %v, want ErrGPAPoolStale", err)
+	}
+	h, err = sim.New(sim.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewReflector())
+	dev, err := vmbus.LookupDevice(root, sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netvsc.Open(context.Background(), dev, netvsc.Config{GPAPool: old}); !errors.Is(err, netvsc.ErrGPAPoolStale) {
+		t.Fatalf("Open with a stale pool: %v, want ErrGPAPoolStale", err)
+	}
+	n := openNIC(t, h, sn, netvsc.Config{GPAPool: newGPAPool(t, h)})
+	defer n.Close()
+	roundTrip(t, n, n.Queues()[0], 20, []int{1514})
 }
 
 // TestLSO: a 30000-byte TCP frame marked for LSO comes back as MSS-sized

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // rxAll runs an RxBurst/Wait loop per queue until ctx ends, counting.
@@ -246,5 +247,188 @@ func TestEveryKernelProfile(t *testing.T) {
 				n.Close()
 			}
 		})
+	}
+}
+
+// TestSharedInterruptFdPerQueueAccounting: on 6.16 and later every queue's
+// interrupts arrive on the primary's uio fd and wake every sleeping queue.
+// A queue that sleeps while another carries the traffic has slept once and
+// counted none of the other's interrupts as its own wake-ups.
+func TestSharedInterruptFdPerQueueAccounting(t *testing.T) {
+	for _, prof := range []sim.Profile{sim.Profile6_16, sim.Profile6_18} {
+		t.Run(prof.String(), func(t *testing.T) {
+			h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: prof})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			n := openOn(t, h, sim.NICConfig{MaxQueues: 2}, sim.NewReflector(), netvsc.Config{Queues: 2, Mode: netvsc.Interrupt})
+			defer n.Close()
+			qs := n.Queues()
+			if len(qs) != 2 {
+				t.Fatalf("%d queues", len(qs))
+			}
+			// Every test frame has the same addresses, so RSS puts all of
+			// them on one queue: find which.
+			peer := []byte{0x02, 0, 0, 0, 0, 9}
+			sendOne(t, qs[0], frame(peer, n.MAC(), 100, 0, 1000), netvsc.Meta{})
+			busy := -1
+			rx := make([]*netvsc.Packet, 64)
+			for deadline := time.Now().Add(10 * time.Second); busy < 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("the first frame did not come back")
+				}
+				for i, q := range qs {
+					if k := q.RxBurst(rx); k > 0 {
+						netvsc.PutBurst(rx[:k])
+						busy = i
+					}
+				}
+			}
+			// Reap the first send's completion too (it comes back on queue
+			// 0), so that the idle queue has nothing left to do.
+			waitCond(t, "the first send's completion", func() bool {
+				for _, q := range qs {
+					if k := q.RxBurst(rx); k > 0 {
+						t.Fatalf("an unexpected frame on queue %d", q.Index())
+					}
+				}
+				return qs[0].Stats().TxPackets == 1
+			})
+			bq, iq := qs[busy], qs[1-busy]
+			i0 := iq.Stats()
+			ctx, cancel := context.WithCancel(context.Background())
+			slept := make(chan error, 1)
+			go func() { slept <- iq.Wait(ctx) }()
+			waitCond(t, "the idle queue to sleep", func() bool {
+				select {
+				case err := <-slept:
+					t.Fatalf("the idle queue's Wait returned at once: %v; %+v", err, iq.Stats())
+				default:
+				}
+				return iq.Stats().Channel.IdleWaits > i0.Channel.IdleWaits
+			})
+			for i := range 200 {
+				sendOne(t, bq, frame(peer, n.MAC(), 64+i, uint32(i+1), 1000), netvsc.Meta{})
+				for deadline := time.Now().Add(10 * time.Second); bq.RxBurst(rx[:1]) == 0; {
+					if time.Now().After(deadline) {
+						t.Fatalf("frame %d did not come back", i+1)
+					}
+					if err := bq.Wait(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rx[0].Free()
+			}
+			select {
+			case err := <-slept:
+				cancel()
+				t.Fatalf("the idle queue's Wait returned with nothing for it: %v", err)
+			default:
+			}
+			cancel()
+			if err := <-slept; !errors.Is(err, context.Canceled) {
+				t.Fatalf("idle queue's Wait: %v", err)
+			}
+			i1, b1 := iq.Stats(), bq.Stats()
+			t.Logf("idle queue %d: %+v\nbusy queue %d: %+v", iq.Index(), i1.Channel, bq.Index(), b1.Channel)
+			if i1.Channel.SharedWakeups == i0.Channel.SharedWakeups {
+				t.Fatal("the busy queue's interrupts never reached the idle queue: the test shows nothing")
+			}
+			if i1.Channel.Wakeups != i0.Channel.Wakeups {
+				t.Errorf("the idle queue counted %d wake-ups of its own", i1.Channel.Wakeups-i0.Channel.Wakeups)
+			}
+			if d := i1.Channel.IdleWaits - i0.Channel.IdleWaits; d != 1 {
+				t.Errorf("the idle queue counted %d sleeps, want 1", d)
+			}
+			if b1.Channel.Wakeups == 0 {
+				t.Errorf("the busy queue counted no wake-ups")
+			}
+			if i1.SleepSeconds <= i0.SleepSeconds {
+				t.Errorf("the idle queue's sleep time did not grow")
+			}
+		})
+	}
+}
+
+// waitCond polls cond until it holds or a generous deadline passes.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSubchannelsWithSplitIDsAllOpen: a host that writes each
+// sub-channel's subchannel_id in two steps still gets every queue used.
+func TestSubchannelsWithSplitIDsAllOpen(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{MaxQueues: 4, RingSize: 256 << 10, SubchannelRingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewReflector())
+	sn.Device().SetFault(sim.FaultSplitSubchannelID, true)
+	n := openNIC(t, h, sn, netvsc.Config{Queues: 4})
+	defer n.Close()
+	if got := len(n.Queues()); got != 4 {
+		t.Fatalf("%d queues, want 4", got)
+	}
+	if hits := sn.Device().Faults().Hits(sim.FaultSplitSubchannelID); hits != 3 {
+		t.Fatalf("%d ids split, want 3", hits)
+	}
+	for _, q := range n.Queues() {
+		roundTrip(t, n, q, 50, []int{64, 1000})
+	}
+}
+
+// TestRescindDuringSubchannelWait: the host takes the NIC away while Open
+// waits for sub-channels that never open; Open returns at once with the
+// rescind, not when SubchannelTimeout ends.
+func TestRescindDuringSubchannelWait(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{MaxQueues: 4, NeverOpen: 3, RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewReflector())
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := netvsc.Open(context.Background(), dev, netvsc.Config{Queues: 4, SubchannelTimeout: time.Hour, PoolPackets: 256})
+		if err == nil {
+			n.Close()
+		}
+		done <- err
+	}()
+	waitCond(t, "the sub-channels to be offered", func() bool {
+		chans, err := dev.ReadChannels()
+		return err == nil && len(chans) == 4
+	})
+	if err := sn.Device().Rescind(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, vmbus.ErrRescinded) {
+			t.Fatalf("Open: %v, want ErrRescinded", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open did not return on the rescind")
 	}
 }

@@ -38,6 +38,7 @@ type NIC struct {
 	linkChanges  atomic.Uint64
 	reconfigures atomic.Uint64
 	ctlTimeouts  atomic.Uint64
+	ctlFailures  atomic.Uint64
 	rxIgnored    atomic.Uint64
 	interrupts   atomic.Uint64 // of sessions torn down
 
@@ -137,6 +138,15 @@ func Open(ctx context.Context, dev vmbus.Device, cfg Config) (*NIC, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	// Much of what a NIC logs a host can make it log again and again
+	// (vmbus/lograte.go); pass a vmbus.LimitLogger to keep the limits
+	// across resets.
+	cfg.Logger = vmbus.LimitLogger(cfg.Logger, 0, 0)
+	if cfg.GPAPool != nil {
+		if err := cfg.GPAPool.Valid(); err != nil {
+			return nil, err
+		}
 	}
 	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("nic", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{}}
 	s, err := n.bringUp(ctx, cfg)
@@ -249,8 +259,9 @@ func (n *NIC) Stats() Stats {
 		Violations:   n.viol.snapshot(),
 		LinkChanges:  n.linkChanges.Load(),
 		Reconfigures: n.reconfigures.Load(), ControlTimeouts: n.ctlTimeouts.Load(),
-		RxIgnored:  n.rxIgnored.Load() + s.rxIgnored.Load(),
-		Interrupts: n.interrupts.Load() + s.h.Interrupts(),
+		ControlFailures: n.ctlFailures.Load(),
+		RxIgnored:       n.rxIgnored.Load() + s.rxIgnored.Load(),
+		Interrupts:      n.interrupts.Load() + s.h.Interrupts(),
 	}
 	if st.Violations == nil {
 		st.Violations = map[string]uint64{}
@@ -519,7 +530,6 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 		stage:   make([]*Packet, cfg.RxStage),
 		fresh:   make([]*Packet, 32),
 		scratch: make([]byte, maxControlMessage),
-		acks:    make([]uint64, 0, 1024),
 		ackMsg:  NVSPRNDISComplete{Status: NVSPStatSuccess}.Marshal(nil),
 		txWake:  make(chan struct{}, 1),
 		gpa:     newIdxRing(gpaSlots),
@@ -534,8 +544,18 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 	for i := range gpaSlots {
 		q.gpa.put(uint32(i))
 	}
+	q.initAcks()
 	q.lastRx.Store(nanotime())
 	return q, nil
+}
+
+// initAcks sizes the queue's owed receive completions once the receive
+// buffer's sub-allocation count is known (sub-channels are set up after;
+// the primary is set up before and again once the count arrives).
+func (q *Queue) initAcks() {
+	q.ackMu.Lock()
+	q.acks.init(q.s.subAllocs)
+	q.ackMu.Unlock()
 }
 
 // assignSections gives queue q of nq its run of send sections, bounded by

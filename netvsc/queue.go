@@ -60,10 +60,9 @@ type Queue struct {
 	scratch []byte
 	lastRx  atomic.Int64 // when a drain last found work (nanotime)
 
-	ackMu   sync.Mutex
-	acks    []uint64 // receive completions owed
-	ackMsg  []byte
-	ackBusy atomic.Bool
+	ackMu  sync.Mutex
+	acks   owed // receive completions owed (bounded: owed.go)
+	ackMsg []byte
 
 	txMu       sync.Mutex
 	sec        *idxRing // free sections of this queue's run
@@ -265,11 +264,13 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		if p.TransID >= uint64(q.s.subAllocs) {
 			return perr("XFER_PAGES", KindSectionIndex, "transaction_id", p.TransID)
 		}
-		err := parseXfer(p, q.s.recv, q.scratch, q)
 		q.ackMu.Lock()
-		q.acks = append(q.acks, p.TransID)
+		fresh := q.acks.add(uint32(p.TransID))
 		q.ackMu.Unlock()
-		return err
+		if !fresh {
+			return perr("XFER_PAGES", KindDuplicateTID, "transaction_id", p.TransID)
+		}
+		return parseXfer(p, q.s.recv, q.scratch, q)
 	case vmbus.PacketCompletion:
 		return q.complete(p)
 	case vmbus.PacketInband:
@@ -308,7 +309,7 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 	case cookieCtl:
 		q.s.ctl.onNVSP(p.Cookie, p.Payload())
 	case cookieCtlSend:
-		q.s.ctl.onSendDone(p.Payload())
+		return q.s.ctl.onSendDone(p.Payload())
 	default:
 		return perr("COMPLETION", KindType, "cookie", p.Cookie)
 	}
@@ -318,7 +319,10 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 func (q *Queue) countTxDone(st NVSPStatus, frames, bytes uint32) {
 	q.c.txCompletions.inc()
 	if st != NVSPStatSuccess {
+		// Linux logs it and frees the send all the same; the host
+		// dropped the frames, the device carries on.
 		q.c.txFailed.add(uint64(frames))
+		q.s.log.Warn("host failed a send", "queue", q.idx, "status", st.String(), "frames", frames)
 		return
 	}
 	q.c.txPackets.add(uint64(frames))
@@ -383,10 +387,7 @@ func (q *Queue) rxControl(msg []byte) error { return q.s.rndisControl(q, msg) }
 // always, when wait is set). A full ring leaves them for later
 // (rx_comp_busy): the next drain, burst or Wait retries.
 func (q *Queue) sendAcks(wait bool) {
-	q.ackMu.Lock()
-	pending := len(q.acks)
-	q.ackMu.Unlock()
-	if pending == 0 {
+	if !q.acksPending() {
 		return
 	}
 	if wait {
@@ -405,13 +406,15 @@ func (q *Queue) sendAcks(wait bool) {
 	q.outMu.Unlock()
 }
 
-// sendAcksLocked writes the owed completions; outMu is held.
+// sendAcksLocked writes the owed completions, oldest first; outMu is
+// held. A tid stops being owed once its completion is in the ring: the
+// host may hand it out again only after reading it.
 func (q *Queue) sendAcksLocked() {
 	q.ackMu.Lock()
 	defer q.ackMu.Unlock()
 	sent := 0
-	for _, tid := range q.acks {
-		err := q.ch.SendCompletion(tid, q.ackMsg)
+	for q.acks.len() > 0 {
+		err := q.ch.SendCompletion(uint64(q.acks.oldest()), q.ackMsg)
 		if err != nil {
 			if _, full := err.(*vmbus.RingFullError); full {
 				q.c.rxCompBusy.inc()
@@ -420,21 +423,19 @@ func (q *Queue) sendAcksLocked() {
 			q.s.fail(err)
 			return
 		}
+		q.acks.done()
 		sent++
 	}
 	if sent > 0 {
 		q.c.rxCompSent.add(uint64(sent))
-		n := copy(q.acks, q.acks[sent:])
-		q.acks = q.acks[:n]
 	}
-	q.ackBusy.Store(len(q.acks) > 0)
 }
 
 // acksPending reports receive completions still owed.
 func (q *Queue) acksPending() bool {
 	q.ackMu.Lock()
 	defer q.ackMu.Unlock()
-	return len(q.acks) > 0
+	return q.acks.len() > 0
 }
 
 // rxReady reports, without locks, whether RxBurst would find something:

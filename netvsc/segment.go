@@ -6,11 +6,13 @@ import (
 	"github.com/vmbusd/vmbusd/internal/csum"
 )
 
-// Software segmentation, for frames larger than the MTU when no GPA pool
-// lets the host do LSO (netvsc.md §4): TCP is cut into MSS-sized segments
-// with their checksums computed here; other IPv4 is fragmented (unless DF
-// is set); anything else is dropped (tx_too_big). Each piece is copied
-// into send sections like any small frame.
+// Software segmentation of TSO super-frames (TCP frames the sender marked
+// MetaTxLSO) when the host cannot do LSO for them: no GPA pool to send them
+// from, or LSO not offered (netvsc.md §4). The TCP payload is cut into
+// segments of at most the sender's MSS that fit a send section, each a
+// legal TCP segment with its headers and checksums rewritten here, copied
+// into send sections like any small frame. This is what the sender asked
+// for, so it is done; nothing else is ever cut up (tx.go).
 
 const (
 	etherTypeIPv4 = 0x0800
@@ -18,23 +20,20 @@ const (
 	protoTCP      = 6
 )
 
-// segment sends an oversized frame in pieces; false means not enough free
-// sections or ring now (the packet stays the caller's).
+// segment sends a TSO super-frame in segments; false means not enough
+// free sections or ring now (the packet stays the caller's). A frame that
+// is not a well-formed TCP/IP frame is dropped (tx_too_big).
 func (q *Queue) segment(p *Packet, info *PacketInfo) bool {
 	s := q.s
 	frame := p.Data()
-	// A piece must be a legal frame and fit a send section with its
+	// A segment must be a legal frame and fit a send section with its
 	// header and per-packet info.
 	maxFrame := min(s.mtu+EthernetHeaderSize, s.aggMax-RNDISPacketHeaderSize-2*PPIUint32Size)
-	drop := func() bool {
-		q.c.txTooBig.inc()
-		q.txDone = append(q.txDone, p)
-		return true
-	}
+	drop := func() bool { return q.drop(p, &q.c.txTooBig) }
 	if len(frame) < EthernetHeaderSize+20 {
 		return drop()
 	}
-	var sub PacketInfo // what every piece carries: hash and VLAN
+	var sub PacketInfo // what every segment carries: hash and VLAN
 	sub.Has = info.Has & (InfoHashValue | InfoVLAN)
 	sub.HashValue, sub.VLAN = info.HashValue, info.VLAN
 	et := binary.BigEndian.Uint16(frame[12:])
@@ -55,67 +54,32 @@ func (q *Queue) segment(p *Packet, info *PacketInfo) bool {
 	default:
 		return drop()
 	}
-	if proto == protoTCP && len(frame) >= l4+20 {
-		thl := int(frame[l4+12]>>4) * 4
-		hdr := l4 + thl
-		if thl < 20 || hdr >= len(frame) {
-			return drop()
-		}
-		mss := maxFrame - hdr
-		if p.Meta.Flags&MetaTxLSO != 0 && p.Meta.MSS > 0 {
-			mss = min(mss, int(p.Meta.MSS))
-		}
-		if mss <= 0 {
-			return drop()
-		}
-		k := (len(frame) - hdr + mss - 1) / mss
-		if !q.reserve(k) {
-			return false
-		}
-		q.c.txSegmented.inc()
-		for i, off := 0, hdr; off < len(frame); i, off = i+1, off+mss {
-			n := min(mss, len(frame)-off)
-			seg := q.segBuf[:hdr+n]
-			copy(seg, frame[:hdr])
-			copy(seg[hdr:], frame[off:off+n])
-			fixTCPSegment(seg, et, l3, l4, uint32(off-hdr), i, off+n == len(frame), off == hdr)
-			q.copyPiece(seg, &sub)
-		}
-		q.txDone = append(q.txDone, p)
-		return true
-	}
-	if et != etherTypeIPv4 {
+	if proto != protoTCP || len(frame) < l4+20 {
 		return drop()
 	}
-	// IPv4 fragmentation (RFC 791): DF set means the sender wanted none.
-	if binary.BigEndian.Uint16(frame[l3+6:])&0x4000 != 0 {
+	thl := int(frame[l4+12]>>4) * 4
+	hdr := l4 + thl
+	if thl < 20 || hdr >= len(frame) {
 		return drop()
 	}
-	chunk := (maxFrame - l4) &^ 7
-	if chunk <= 0 {
+	mss := maxFrame - hdr
+	if p.Meta.MSS > 0 {
+		mss = min(mss, int(p.Meta.MSS))
+	}
+	if mss <= 0 {
 		return drop()
 	}
-	k := (len(frame) - l4 + chunk - 1) / chunk
+	k := (len(frame) - hdr + mss - 1) / mss
 	if !q.reserve(k) {
 		return false
 	}
 	q.c.txSegmented.inc()
-	baseOff := int(binary.BigEndian.Uint16(frame[l3+6:]) & 0x1fff)
-	moreFrags := binary.BigEndian.Uint16(frame[l3+6:])&0x2000 != 0
-	for off := l4; off < len(frame); off += chunk {
-		n := min(chunk, len(frame)-off)
-		seg := q.segBuf[:l4+n]
-		copy(seg, frame[:l4])
-		copy(seg[l4:], frame[off:off+n])
-		ip := seg[l3:l4]
-		fo := uint16(baseOff + (off-l4)/8)
-		if off+n < len(frame) || moreFrags {
-			fo |= 0x2000
-		}
-		binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-l3))
-		binary.BigEndian.PutUint16(ip[6:], fo)
-		binary.BigEndian.PutUint16(ip[10:], 0)
-		binary.BigEndian.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip)))
+	for i, off := 0, hdr; off < len(frame); i, off = i+1, off+mss {
+		n := min(mss, len(frame)-off)
+		seg := q.segBuf[:hdr+n]
+		copy(seg, frame[:hdr])
+		copy(seg[hdr:], frame[off:off+n])
+		fixTCPSegment(seg, et, l3, l4, uint32(off-hdr), i, off+n == len(frame), off == hdr)
 		q.copyPiece(seg, &sub)
 	}
 	q.txDone = append(q.txDone, p)

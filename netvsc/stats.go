@@ -37,17 +37,20 @@ type queueCounters struct {
 	txWakeups, rxWakeups ctr
 	rxPolls, idleSleeps  ctr
 	// under txMu
-	txSendFull  ctr // no free send section: the frame went GPA-direct (Linux tx_send_full)
-	txBusy      ctr // outbound ring full or request table full (Linux tx_busy)
-	txNoSpace   ctr // no section, no GPA: the burst stopped short
-	txTooBig    ctr // frames that could be neither sent nor segmented, dropped
-	txCopied    ctr // frames copied into send sections
-	txGPA       ctr // frames sent GPA-direct
-	txSegmented ctr // oversized frames cut in software (Linux tx_scattered's role)
-	txSegments  ctr // the frames that produced
-	txSections  ctr // NVSP sends of send-buffer sections
-	txVLANMoved ctr // in-frame 802.1Q tags moved into the per-packet info
-	stopQueue   ctr // TX found no resources
+	txSendFull ctr // no free send section: the frame went GPA-direct (Linux tx_send_full)
+	txBusy     ctr // outbound ring full or request table full (Linux tx_busy)
+	txNoSpace  ctr // no section, no GPA: the burst stopped short
+	txTooBig   ctr // frames larger than the MTU that are no TSO super-frame (or malformed ones), dropped
+	// frames no larger than the MTU but larger than a send section, with
+	// no GPA pool to send them from: dropped, never cut up
+	txDropOversize ctr
+	txCopied       ctr // frames copied into send sections
+	txGPA          ctr // frames sent GPA-direct
+	txSegmented    ctr // TSO super-frames cut in software (Linux tx_scattered's role)
+	txSegments     ctr // the frames that produced
+	txSections     ctr // NVSP sends of send-buffer sections
+	txVLANMoved    ctr // in-frame 802.1Q tags moved into the per-packet info
+	stopQueue      ctr // TX found no resources
 	// Time Wait spent polling and asleep on the interrupt fd (atomic adds:
 	// Wait may run beside TxBurst's WaitTx).
 	pollNanos, sleepNanos ctr
@@ -65,6 +68,10 @@ type QueueStats struct {
 	TxCompletions, TxFailed, RxXfers       uint64
 	RxCompSent, RxPPIErrors, TxVLANMoved   uint64
 	StopQueue                              uint64
+	// TxDropOversize: frames that fit the MTU but not a send section,
+	// dropped because no GPA pool was configured to send them from
+	// (Config.GPAPool). Frames are sent as they are or not at all.
+	TxDropOversize uint64
 	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
 	// asleep on the interrupt fd (hybrid: both; poll: only the first).
 	PollSeconds, SleepSeconds float64
@@ -84,7 +91,7 @@ func (q *Queue) stats() QueueStats {
 		TxSegmented: c.txSegmented.load(), TxSegments: c.txSegments.load(), TxSections: c.txSections.load(),
 		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
-		StopQueue:   c.stopQueue.load(),
+		StopQueue: c.stopQueue.load(), TxDropOversize: c.txDropOversize.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
 		Channel: q.ch.Stats(),
 	}
@@ -100,6 +107,10 @@ type Stats struct {
 	// Interrupts the device delivered; LinkChanges seen; Resets:
 	// configurations torn down (Reconfigure); ControlTimeouts.
 	Interrupts, LinkChanges, Reconfigures, ControlTimeouts uint64
+	// ControlFailures: control requests the host answered with a failure
+	// status (NVSP or RNDIS; each also logged) and control sends it
+	// completed with one. Failed data sends are tx_queue_N_failed.
+	ControlFailures uint64
 	// RxIgnored: data frames acknowledged and dropped because the data
 	// path was not running (bring-up, DPDK 107f3cf310).
 	RxIgnored uint64
@@ -153,6 +164,7 @@ func (s *Stats) Ethtool() []Named {
 			Named{fmt.Sprintf("tx_queue_%d_segmented", n), q.TxSegmented},
 			Named{fmt.Sprintf("tx_queue_%d_sections", n), q.TxSections},
 			Named{fmt.Sprintf("tx_queue_%d_failed", n), q.TxFailed},
+			Named{fmt.Sprintf("tx_queue_%d_drop_oversize", n), q.TxDropOversize},
 			Named{fmt.Sprintf("rx_queue_%d_too_big", n), q.RxTooBig},
 			Named{fmt.Sprintf("rx_queue_%d_signals", n), q.Channel.RxSignals},
 			Named{fmt.Sprintf("tx_queue_%d_signals", n), q.Channel.TxSignals},

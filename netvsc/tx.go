@@ -17,8 +17,13 @@ import (
 //	                     previous message is padded, DPDK hn_try_txagg)
 //	frame >  section  -> GPA-direct from its pinned buffer (GPA pool), the
 //	                     RNDIS header written into the headroom in front of it
-//	                  -> else TCP segmented / IPv4 fragmented in software,
-//	                     each piece copied as above
+//	                  -> else a TSO super-frame (TCP, MetaTxLSO) is cut into
+//	                     segments in software, each copied as above
+//	                  -> else dropped (tx_queue_N_drop_oversize): a frame is
+//	                     sent as it is or not at all, never changed
+//	frame >  MTU      -> only a TSO super-frame: LSOv2 by the host when it is
+//	                     GPA-direct, else segmented in software; any other is
+//	                     dropped (tx_too_big)
 //	no free section   -> GPA-direct if pinned (tx_send_full), else the burst
 //	                     stops (tx_no_space) and the caller retries
 //
@@ -109,8 +114,15 @@ func (q *Queue) txOne(p *Packet) bool {
 	var info PacketInfo
 	q.txInfo(p, &info)
 	msgLen := RNDISPacketHeaderSize + info.PPILen() + len(frame)
-	maxFrame := s.mtu + EthernetHeaderSize
-	if msgLen <= s.aggMax && (len(frame) <= maxFrame || info.Has&InfoLSO != 0) {
+	tso := p.Meta.Flags&MetaTxLSO != 0
+	hostLSO := info.Has&InfoLSO != 0 // set only for a GPA-backed super-frame
+	if len(frame) > s.mtu+EthernetHeaderSize && !hostLSO {
+		if tso {
+			return q.segment(p, &info)
+		}
+		return q.drop(p, &q.c.txTooBig)
+	}
+	if msgLen <= s.aggMax {
 		switch q.copyFrame(frame, &info) {
 		case copyOK:
 			q.c.txCopied.inc()
@@ -127,10 +139,23 @@ func (q *Queue) txOne(p *Packet) bool {
 		q.c.txSendFull.inc()
 		return q.sendGPA(p, &info)
 	}
-	if p.pool.gpa != nil && (len(frame) <= maxFrame || info.Has&InfoLSO != 0) {
+	if p.pool.gpa != nil {
 		return q.sendGPA(p, &info)
 	}
-	return q.segment(p, &info)
+	if tso {
+		return q.segment(p, &info)
+	}
+	// Larger than a section and nothing pinned to send it from: refuse it
+	// rather than change it (splitting it into IP fragments would alter
+	// what the sender asked for, and break DF and non-IP frames).
+	return q.drop(p, &q.c.txDropOversize)
+}
+
+// drop frees a frame the queue cannot send, counting it under c.
+func (q *Queue) drop(p *Packet, c *ctr) bool {
+	c.inc()
+	q.txDone = append(q.txDone, p)
+	return true
 }
 
 // txInfo builds the per-packet info of a frame: the queue hash (DPDK: the

@@ -150,6 +150,9 @@ func (h *Host) AddDevice(cfg DeviceConfig) (*Device, error) {
 	}
 	h.devs[cfg.Instance] = d
 	h.mu.Unlock()
+	for _, f := range h.cfg.Faults {
+		d.SetFault(f, true) // before the offer: the first open sees it
+	}
 	if err := d.offer(); err != nil {
 		h.mu.Lock()
 		delete(h.devs, cfg.Instance)

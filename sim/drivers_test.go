@@ -153,12 +153,18 @@ func TestTreeHasModulesLoopbackAndRoutes(t *testing.T) {
 		t.Errorf("empty route table %q", got)
 	}
 	sysfsWantFile(t, filepath.Join(root, procNetDir, "ipv6_route"), "")
-	// A second host on the same tree keeps it.
+	// A second host is refused while the first runs; the next host on the
+	// same tree keeps it.
+	if _, err := New(Config{Root: root}); !errors.Is(err, ErrRootInUse) {
+		t.Fatalf("second host on a live tree: %v", err)
+	}
+	h.Close()
 	h2, err := New(Config{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h2.Close()
+	sysfsWantFile(t, filepath.Join(root, netClassDir, "lo", "ifindex"), "1\n")
 }
 
 func TestOfferedDriverDefaultsToUIO(t *testing.T) {

@@ -30,6 +30,11 @@ const (
 	FaultMissingInterrupts  // interrupts the host owes are never raised
 	FaultStopDraining       // the host stops reading the guest's rings
 	FaultSlowHost           // every batch is delayed (SetSlowDelay)
+	// FaultSplitSubchannelID: offered sub-channels get their
+	// subchannel_id in two writes, as an independent host on a plain
+	// file system might: the attribute is empty until splitIDDelay after
+	// the ring appears (a real sysfs attribute reads whole).
+	FaultSplitSubchannelID
 
 	faultEnd
 )
@@ -47,6 +52,7 @@ var faultNames = map[Fault]string{
 	FaultMissingInterrupts:  "missing-interrupts",
 	FaultStopDraining:       "stop-draining",
 	FaultSlowHost:           "slow-host",
+	FaultSplitSubchannelID:  "split-subchannel-id",
 }
 
 func (f Fault) String() string {

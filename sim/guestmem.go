@@ -9,8 +9,9 @@ package sim
 //
 //	GuestMemFile  R/dev/guestmem, a tmpfs file standing for guest RAM (DESIGN.md):
 //	              page frame n is the 4 KiB at offset n*4096. The simulator creates it
-//	              (DefaultGuestMemSize unless a NIC asks for more); a guest maps it
-//	              MAP_SHARED and carves its pinned pool from it.
+//	              (DefaultGuestMemSize unless a NIC asks for more) and removes it when
+//	              the host stops; a guest maps it MAP_SHARED and carves its pinned
+//	              pool from it (a pool outliving its host is stale).
 //	GuestMemProc  the guest process's own memory, read through /proc/<pid>/mem, for an
 //	              unmodified guest running with IOVA = virtual address (DPDK
 //	              --iova-mode=va): page frame n is the guest's virtual page n. The pid is
@@ -109,6 +110,19 @@ func ensureGuestMemFile(root string, size int64) error {
 		if err := f.Truncate(size); err != nil {
 			return fmt.Errorf("sim: guest memory: %w", err)
 		}
+	}
+	return nil
+}
+
+// removeGuestMemFile removes R/dev/guestmem when the host that served the
+// root stops: nothing reads it any more, and on tmpfs its pages hold RAM.
+// (Only one host serves a root at a time, so the file is the stopping
+// host's, whoever created it.)
+func removeGuestMemFile(root string) error {
+	guestMemFileMu.Lock()
+	defer guestMemFileMu.Unlock()
+	if err := os.Remove(filepath.Join(root, GuestMemPath)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sim: guest memory: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -51,6 +52,8 @@ type Host struct {
 
 	drv *driverCore // driver binding and its sysfs watcher (drivers.go)
 
+	lock *os.File // the root directory, flocked while the host runs
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -71,6 +74,11 @@ type Config struct {
 	// dpdk-guest tool) still reaches the device directories in
 	// R/sys/devices. The layout is otherwise the same.
 	AbsoluteLinks bool
+	// Faults are switched on for every device the host offers, from its
+	// offer on: test devices, NICs, and the channel of every hv_sock
+	// connection (a one-shot fault fires once per device). Device.SetFault
+	// switches them per device afterwards.
+	Faults []Fault
 }
 
 // absLinkRoots holds the roots whose hosts write absolute links.
@@ -104,20 +112,29 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	cfg.Root = root
+	// Before anything under the root is touched: a second host there
+	// would replace the first one's device nodes.
+	lock, err := lockRoot(root)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.AbsoluteLinks {
 		absLinkRoots.Store(root, struct{}{})
 	}
 	if err := initTree(root, cfg.Profile); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	h := &Host{cfg: cfg, log: cfg.Logger.With("sim", "host"), devs: map[vmbus.GUID]*Device{},
 		nextRelID: 14, nextGPADL: 0xe1e10, monitored: map[int]*Channel{}, monKick: make(chan struct{}, 1),
-		viol: map[string]uint64{}}
+		viol: map[string]uint64{}, lock: lock}
 	if h.intFile, h.intPage, err = newMemFile("int_page", 4096); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	if h.monFile, h.monPage, err = newMemFile("monitor_page", vmbus.MonitorPageSize); err != nil {
 		h.intFile.Close()
+		lock.Close()
 		return nil, err
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -171,7 +188,9 @@ func (h *Host) Device(instance vmbus.GUID) *Device {
 	return h.devs[instance]
 }
 
-// Close rescinds every device and stops the host. The tree stays.
+// Close rescinds every device and stops the host. The tree stays, but for
+// R/dev/guestmem: guest RAM lives as long as the host that serves it (a
+// guest's pool in it is stale then: netvsc.GPAPool.Valid).
 func (h *Host) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -193,8 +212,43 @@ func (h *Host) Close() error {
 	unmapMem(h.monPage)
 	h.intFile.Close()
 	h.monFile.Close()
+	if err := removeGuestMemFile(h.cfg.Root); err != nil && first == nil {
+		first = err
+	}
+	h.lock.Close() // releases the root
 	h.log.Info("simulated host stopped")
 	return first
+}
+
+// ErrRootInUse is New's error when another simulated host, in this
+// process or another, serves the root.
+var ErrRootInUse = errors.New("in use by another simulated host")
+
+// lockRoot takes an exclusive flock on the root directory itself (a lock
+// file would be left behind); the kernel drops it when the host closes it
+// or its process dies, so a crashed host never blocks the next.
+func lockRoot(root string) (*os.File, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("sim: root: %w", err)
+	}
+	f, err := os.Open(root)
+	if err != nil {
+		return nil, fmt.Errorf("sim: root: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, fmt.Errorf("sim: %s: %w (stop it first; nothing was changed)", root, ErrRootInUse)
+		}
+		return nil, fmt.Errorf("sim: lock %s: %w", root, err)
+	}
+	return f, nil
 }
 
 // sleepUntilNext sleeps until the deadline after prev (CLOCK_MONOTONIC

@@ -204,10 +204,33 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 	}
 	s.mu.Unlock()
 	h.mu.Unlock()
+	split := d.faults.Has(FaultSplitSubchannelID)
 	for _, p := range ps {
-		if err := writeChannel(d.path, chanAttrs{RelID: p.relid, SubchannelID: p.sub, MonitorID: p.mon}); err != nil {
+		if err := writeChannel(d.path, chanAttrs{RelID: p.relid, SubchannelID: p.sub, MonitorID: p.mon, IDLater: split}); err != nil {
 			h.log.Warn("offer sub-channel", "err", err)
 		}
+		if split {
+			d.faults.count(FaultSplitSubchannelID)
+		}
+	}
+	// The second write of a split subchannel_id, splitIDDelay after the
+	// channel's ring appears (or would have).
+	later := func(p pending) {
+		if !split {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			select {
+			case <-time.After(splitIDDelay):
+			case <-s.ctx.Done():
+				return
+			}
+			if err := writeSubchannelID(d.path, p.relid, p.sub); err != nil {
+				h.log.Warn("offer sub-channel", "err", err)
+			}
+		}()
 	}
 	s.wg.Add(1)
 	go func() {
@@ -216,6 +239,7 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 		start := time.Now()
 		for _, p := range ps {
 			if p.offer.NeverOpens {
+				later(p)
 				continue
 			}
 			select {
@@ -229,10 +253,16 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 				continue
 			}
 			out <- c
+			later(p)
 		}
 	}()
 	return out
 }
+
+// splitIDDelay is how long a split subchannel_id stays empty after the
+// channel's ring appears (FaultSplitSubchannelID): long enough for a guest
+// woken by the ring to read it.
+const splitIDDelay = 50 * time.Millisecond
 
 // openSubchannel is the kernel's hv_uio_new_channel: open the channel with
 // 2 MiB rings, then make its ring file visible.

@@ -315,6 +315,10 @@ type chanAttrs struct {
 	// monitor_id, pending and latency are then absent.
 	MonitorID int
 	CPU       int // target_cpu
+	// IDLater writes subchannel_id empty: an independent host that writes
+	// the attribute in two steps (FaultSplitSubchannelID); the value
+	// follows with writeSubchannelID.
+	IDLater bool
 }
 
 // writeChannel adds R/.../<guid>/channels/<relid>/ with the channel
@@ -350,6 +354,9 @@ func writeChannel(devDir string, c chanAttrs) error {
 		{"out_full_total", "0\n", 0o444},
 		{"subchannel_id", fmt.Sprintf("%d\n", c.SubchannelID), 0o444},
 	}
+	if c.IDLater {
+		attrs[len(attrs)-1].value = ""
+	}
 	if c.MonitorID >= 0 {
 		// Hidden without a monitor (vmbus_chan_attr_is_visible).
 		attrs = append(attrs, []struct {
@@ -369,6 +376,15 @@ func writeChannel(devDir string, c chanAttrs) error {
 	dst := channelDir(devDir, c.RelID)
 	if err := renameNoReplace(tmp, dst); err != nil {
 		return fmt.Errorf("sim: channel %d: %w", c.RelID, err)
+	}
+	return updateVPMapping(devDir)
+}
+
+// writeSubchannelID is the second step of a two-step subchannel_id write
+// (chanAttrs.IDLater): the value, then channel_vp_mapping.
+func writeSubchannelID(devDir string, relid uint32, sub uint16) error {
+	if err := updateAttr(filepath.Join(channelDir(devDir, relid), "subchannel_id"), fmt.Sprintf("%d\n", sub)); err != nil {
+		return err
 	}
 	return updateVPMapping(devDir)
 }
@@ -405,6 +421,9 @@ func updateVPMapping(devDir string) error {
 			continue
 		}
 		d := filepath.Join(devDir, "channels", e.Name())
+		if b, err := os.ReadFile(filepath.Join(d, "subchannel_id")); err == nil && len(b) == 0 {
+			continue // its second write is still to come (writeSubchannelID)
+		}
 		sub, err1 := readUintAttr(filepath.Join(d, "subchannel_id"))
 		cpu, err2 := readUintAttr(filepath.Join(d, "cpu"))
 		if err := errors.Join(err1, err2); err != nil {

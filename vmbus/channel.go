@@ -95,9 +95,15 @@ type ChannelStats struct {
 	RxBytes       uint64
 	RxCommits     uint64 // read-index publications
 	RxSignals     uint64 // signals to a host blocked on a full ring
-	Wakeups       uint64 // blocked waits ended by an interrupt
+	Wakeups       uint64 // blocked waits ended by an interrupt that found work for this channel
 	MissedWakeups uint64 // blocked waits that found work only on their timeout
-	IdleWaits     uint64 // times a waiter went to sleep
+	IdleWaits     uint64 // blocked waits (one per sleep, however often it was woken)
+	// SharedWakeups counts interrupts that woke a blocked wait with nothing
+	// for this channel: a device's channels share one interrupt fd (the
+	// primary's, which from 6.16 also carries every sub-channel's
+	// interrupts), so another channel's interrupt wakes every waiter; a
+	// spurious interrupt does the same. The wait goes back to sleep.
+	SharedWakeups uint64
 }
 
 type counter struct{ v atomic.Uint64 }
@@ -133,7 +139,7 @@ type Channel struct {
 
 	txPackets, txBytes, txCommits, txSignals, txFullWaits counter
 	rxPackets, rxBytes, rxCommits, rxSignals              counter
-	wakeups, missed, idleWaits                            counter // both sides: atomic adds
+	wakeups, missed, idleWaits, shared                    counter // both sides: atomic adds
 }
 
 // NewChannel attaches to a channel's ring pair.
@@ -400,6 +406,11 @@ func (c *Channel) WaitReadable(ctx context.Context) error {
 	if !c.cfg.Interrupts {
 		return c.sleepPoll(ctx, c.rxTimer, c.rxReadyFn)
 	}
+	// A token left by an interrupt that came while nobody slept (another
+	// channel's, on a shared fd) says nothing about this ring: drop it
+	// before unmasking. Anything that arrived before the unmask is seen by
+	// the re-check, anything after raises a fresh token.
+	drainToken(c.wakeRx)
 	c.in.SetInterruptMask(false)
 	defer c.in.SetInterruptMask(true)
 	return c.block(ctx, c.wakeRx, c.rxTimer, c.rxReadyFn)
@@ -428,6 +439,7 @@ func (c *Channel) WaitWritable(ctx context.Context, need int) error {
 	if !c.cfg.Interrupts || !c.out.PendingSendSupported() {
 		return c.sleepPoll(ctx, c.txTimer, c.txReadyFn)
 	}
+	drainToken(c.wakeTx) // as in WaitReadable
 	c.out.SetPendingSend(need + trailerSize)
 	defer c.out.ClearPendingSend()
 	return c.block(ctx, c.wakeTx, c.txTimer, c.txReadyFn)
@@ -465,15 +477,25 @@ func (c *Channel) sleepPoll(ctx context.Context, t *time.Timer, ready func() boo
 }
 
 // block re-checks after the caller's unmask or pending-size store, then
-// sleeps until an interrupt, the fallback timeout, death or ctx.
+// sleeps until the ring is ready, death or ctx. One call is one idle wait
+// however many times it is woken: an interrupt that finds the ring ready
+// counts as this channel's wake-up, one that does not (another channel's
+// on the shared fd, or a spurious one) as a shared wake-up, and work found
+// only when the fallback timeout expires as a missed wake-up.
 func (c *Channel) block(ctx context.Context, wake chan struct{}, t *time.Timer, ready func() bool) error {
-	for !ready() {
+	if !ready() {
 		c.idleWaits.v.Add(1)
+	}
+	for !ready() {
 		t.Reset(c.cfg.WakeTimeout)
 		select {
 		case <-wake:
 			t.Stop()
-			c.wakeups.v.Add(1)
+			if ready() {
+				c.wakeups.v.Add(1)
+			} else {
+				c.shared.v.Add(1)
+			}
 		case <-t.C:
 			if ready() {
 				c.missed.v.Add(1)
@@ -487,6 +509,14 @@ func (c *Channel) block(ctx context.Context, wake chan struct{}, t *time.Timer, 
 		}
 	}
 	return c.check(c.ringErr())
+}
+
+// drainToken drops a pending wake-up token, if any.
+func drainToken(wake chan struct{}) {
+	select {
+	case <-wake:
+	default:
+	}
 }
 
 func (c *Channel) ringErr() error {
@@ -504,6 +534,7 @@ func (c *Channel) Stats() ChannelStats {
 		RxPackets: c.rxPackets.load(), RxBytes: c.rxBytes.load(), RxCommits: c.rxCommits.load(),
 		RxSignals: c.rxSignals.load(),
 		Wakeups:   c.wakeups.load(), MissedWakeups: c.missed.load(), IdleWaits: c.idleWaits.load(),
+		SharedWakeups: c.shared.load(),
 	}
 }
 

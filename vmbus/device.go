@@ -184,9 +184,10 @@ func (d Device) ReadChannels() ([]ChannelInfo, error) {
 func readChannel(dir string, relid uint32) (ChannelInfo, error) {
 	c := ChannelInfo{RelID: relid, SubchannelID: -1, RingPath: filepath.Join(dir, "ring")}
 	// The attributes of a channel that is not open yet may be unreadable
-	// (DPDK 4970103e89); that is not an error, only "not yet".
+	// (DPDK 4970103e89), or empty while a host that writes them in two
+	// steps is between them; that is not an error, only "not yet".
 	s, present, err := sysfsOptString(filepath.Join(dir, "subchannel_id"))
-	if err == nil && present {
+	if err == nil && present && s != "" {
 		if c.SubchannelID, err = sysfsParseInt(filepath.Join(dir, "subchannel_id"), s, 0, 0xffff); err != nil {
 			return ChannelInfo{}, err
 		}

@@ -66,10 +66,7 @@ type Handle struct {
 // handed to user space, maps its primary channel and starts listening for
 // interrupts.
 func Open(dev Device, opts Options) (*Handle, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := LimitLogger(opts.Logger, 0, 0) // a host can repeat what we log: lograte.go
 	info, err := uio.ForDevice(dev.Root, dev.Path)
 	if err != nil {
 		return nil, fmt.Errorf("vmbus: open %s: not bound to uio_hv_generic: %w", dev.Instance, err)
@@ -248,8 +245,16 @@ func (h *Handle) UIO() *uio.Device { return h.uio }
 // asked for them (netvsc: NVSP sub-channel request) and maps up to want of
 // them. The kernel opens each one asynchronously and makes its ring file
 // visible only then, so it watches channels/ (inotify, and a 20 ms poll as a
-// fallback) until want rings are usable or ctx ends. A partial grant is not
-// an error: it returns what appeared.
+// fallback) and maps each sub-channel as soon as its ring and attributes
+// are there, until want are mapped or ctx ends. A partial grant is not an
+// error: it returns what appeared.
+//
+// A sub-channel that is not usable yet (no ring, a subchannel_id that
+// reads empty or unparsable because the host is still writing it, a ring
+// that cannot be mapped yet) is tried again at the next change or poll,
+// never given up on while the wait lasts; its first failure is logged.
+// If the device is rescinded (or closed) meanwhile, the wait ends at once
+// with that error, which wraps ErrRescinded for a rescind.
 func (h *Handle) OpenSubchannels(ctx context.Context, want int) ([]*Channel, error) {
 	dir := filepath.Join(h.dev.Path, "channels")
 	var got []*Channel
@@ -257,8 +262,12 @@ func (h *Handle) OpenSubchannels(ctx context.Context, want int) ([]*Channel, err
 	for _, c := range h.Channels() {
 		have[c.relID] = true
 	}
+	failed := map[uint32]string{} // the last failure logged per channel
 	scan := func() (bool, error) {
 		ents, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil // the device is going away: its rescind ends the wait
+		}
 		if err != nil {
 			return false, err
 		}
@@ -269,8 +278,10 @@ func (h *Handle) OpenSubchannels(ctx context.Context, want int) ([]*Channel, err
 			}
 			c, ok, err := h.openSubchannel(filepath.Join(dir, e.Name()), uint32(relid))
 			if err != nil {
-				h.log.Warn("sub-channel unusable", "relid", relid, "err", err)
-				have[uint32(relid)] = true
+				if msg := err.Error(); failed[uint32(relid)] != msg {
+					failed[uint32(relid)] = msg
+					h.log.Warn("sub-channel not usable yet: trying again", "relid", relid, "err", err)
+				}
 				continue
 			}
 			if ok {
@@ -280,17 +291,30 @@ func (h *Handle) OpenSubchannels(ctx context.Context, want int) ([]*Channel, err
 		}
 		return len(got) >= want, nil
 	}
-	err := waitDir(ctx, dir, scan)
+	// The primary dies with the device: stop waiting then, not when ctx
+	// ends.
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-h.Primary().Dead():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	err := waitDir(wctx, dir, scan)
+	cancel()
 	if len(got) > 0 {
 		h.mu.Lock()
 		all := append(append([]*Channel(nil), h.Channels()...), got...)
 		h.chans.Store(&all)
 		h.mu.Unlock()
-		if e := h.Err(); e != nil { // rescinded while we waited
-			for _, c := range got {
-				c.Kill(e)
-			}
+	}
+	if e := h.Primary().Err(); e != nil { // rescinded or closed while we waited
+		for _, c := range got {
+			c.Kill(e)
 		}
+		h.log.Info("sub-channel wait ended: device gone", "wanted", want, "got", len(got), "err", e)
+		return nil, fmt.Errorf("vmbus: %s: sub-channels: %w", h.dev.Instance, e)
 	}
 	h.log.Info("sub-channels opened", "wanted", want, "got", len(got))
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -300,7 +324,8 @@ func (h *Handle) OpenSubchannels(ctx context.Context, want int) ([]*Channel, err
 }
 
 // openSubchannel maps channels/<relid>/ring once the kernel has opened the
-// channel; ok is false while the ring is not there yet.
+// channel; ok is false while the ring is not there yet. An error means
+// not usable now (the caller tries again).
 func (h *Handle) openSubchannel(dir string, relid uint32) (*Channel, bool, error) {
 	sub, err := readIntAttr(filepath.Join(dir, "subchannel_id"))
 	if err != nil {
@@ -309,8 +334,8 @@ func (h *Handle) openSubchannel(dir string, relid uint32) (*Channel, bool, error
 		}
 		return nil, false, err
 	}
-	if sub == 0 {
-		return nil, false, fmt.Errorf("subchannel_id 0 is the primary")
+	if sub <= 0 || sub > 0xffff {
+		return nil, false, fmt.Errorf("subchannel_id %d: not a sub-channel", sub)
 	}
 	ringPath := filepath.Join(dir, "ring")
 	rf, err := uio.OpenRingFile(ringPath)
@@ -320,9 +345,12 @@ func (h *Handle) openSubchannel(dir string, relid uint32) (*Channel, bool, error
 		}
 		return nil, false, err
 	}
-	mon := -1
+	mon := -1 // monitor_id is absent for a channel without a monitor
 	if v, err := readIntAttr(filepath.Join(dir, "monitor_id")); err == nil {
 		mon = v
+	} else if !errors.Is(err, os.ErrNotExist) {
+		rf.Close()
+		return nil, false, err
 	}
 	sig, err := h.signaler(mon, false)
 	if err != nil {
@@ -345,7 +373,11 @@ func readIntAttr(path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return 0, fmt.Errorf("%s: empty", path)
+	}
+	v, err := strconv.Atoi(t)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}

@@ -273,3 +273,173 @@ func TestRescindKillsOnlyThatDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// waitFor polls cond until it holds or a generous deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSharedInterruptFdCountsWakeupsPerChannel: from 6.16 a sub-channel's
+// interrupts arrive on the primary's uio fd, so every interrupt wakes
+// every channel's waiter. A primary that sleeps through a burst of
+// sub-channel traffic has slept once and been woken for its own work once;
+// the sub-channel's interrupts count as shared wake-ups on it, not as its
+// own.
+func TestSharedInterruptFdCountsWakeupsPerChannel(t *testing.T) {
+	for _, prof := range sim.Profiles() {
+		if !prof.SubchannelInterrupts() {
+			continue
+		}
+		t.Run(prof.String(), func(t *testing.T) {
+			_, _, hd := newSimDevice(t, prof, sim.DeviceConfig{RingSize: 64 << 10, SubchannelRingSize: 64 << 10}, vmbus.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := echo.RequestSubchannels(hd.Primary(), 1, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			expectEcho(t, ctx, hd.Primary(), 1<<63)
+			subs, err := hd.OpenSubchannels(ctx, 1)
+			if err != nil || len(subs) != 1 {
+				t.Fatalf("sub-channels %d: %v", len(subs), err)
+			}
+			prim, sub := hd.Primary(), subs[0]
+			p0, s0 := prim.Stats(), sub.Stats()
+			woke := make(chan error, 1)
+			go func() { woke <- prim.WaitReadable(ctx) }()
+			waitFor(t, "the primary's waiter to sleep", func() bool { return prim.Stats().IdleWaits == p0.IdleWaits+1 })
+			const n = 100
+			payload := make([]byte, 64)
+			for i := range uint64(n) {
+				if err := sub.SendInband(i, payload); err != nil {
+					t.Fatal(err)
+				}
+				if err := sub.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				expectEcho(t, ctx, sub, i)
+			}
+			select {
+			case err := <-woke:
+				t.Fatalf("the primary's wait returned (%v) with nothing for it", err)
+			default:
+			}
+			if err := prim.SendInband(7, payload); err != nil {
+				t.Fatal(err)
+			}
+			if err := prim.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-woke; err != nil {
+				t.Fatal(err)
+			}
+			expectEcho(t, ctx, prim, 7)
+			p1, s1 := prim.Stats(), sub.Stats()
+			t.Logf("primary %+v\nsub %+v\ninterrupts %d", p1, s1, hd.Interrupts())
+			if d := p1.SharedWakeups - p0.SharedWakeups; d == 0 {
+				t.Fatalf("the sub-channel's interrupts never woke the primary's waiter: the test shows nothing")
+			}
+			if d := p1.Wakeups - p0.Wakeups; d > 1 {
+				t.Errorf("primary counted %d wake-ups for one packet of its own", d)
+			}
+			if p1.Wakeups-p0.Wakeups+p1.MissedWakeups-p0.MissedWakeups != 1 {
+				t.Errorf("primary: %d wake-ups and %d missed, want one in all", p1.Wakeups-p0.Wakeups, p1.MissedWakeups-p0.MissedWakeups)
+			}
+			if p1.IdleWaits-p0.IdleWaits > 2 { // the wait above, and expectEcho's if the echo was not back yet
+				t.Errorf("primary counted %d sleeps", p1.IdleWaits-p0.IdleWaits)
+			}
+			if s1.Wakeups == s0.Wakeups {
+				t.Errorf("the sub-channel counted none of its own wake-ups")
+			}
+			if s1.IdleWaits-s0.IdleWaits > n {
+				t.Errorf("sub-channel counted %d sleeps for %d echoes", s1.IdleWaits-s0.IdleWaits, n)
+			}
+		})
+	}
+}
+
+// TestSubchannelIDWrittenInTwoSteps: a host that writes subchannel_id in
+// two steps (empty first) must not cost the guest those sub-channels: each
+// is tried again until its id reads whole.
+func TestSubchannelIDWrittenInTwoSteps(t *testing.T) {
+	_, d, hd := newSimDevice(t, sim.DefaultProfile, sim.DeviceConfig{RingSize: 64 << 10, SubchannelRingSize: 64 << 10}, vmbus.Options{})
+	d.SetFault(sim.FaultSplitSubchannelID, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := echo.RequestSubchannels(hd.Primary(), 3, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	expectEcho(t, ctx, hd.Primary(), 1<<63)
+	subs, err := hd.OpenSubchannels(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subs) != 3 {
+		t.Fatalf("%d sub-channels opened, want all 3", len(subs))
+	}
+	if hits := d.Faults().Hits(sim.FaultSplitSubchannelID); hits != 3 {
+		t.Fatalf("the fault split %d ids, want 3", hits)
+	}
+	seen := map[uint16]bool{}
+	for _, ch := range subs {
+		if id := ch.SubchannelID(); id == 0 || seen[id] {
+			t.Errorf("sub-channel %d has subchannel_id %d", ch.RelID(), id)
+		}
+		seen[ch.SubchannelID()] = true
+		p := &echo.Pump{Size: 128, Window: 8}
+		if err := p.Run(ctx, ch, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRescindEndsTheSubchannelWait: a rescind while the guest waits for
+// sub-channels that never open ends the wait at once with ErrRescinded,
+// not when the wait's context does.
+func TestRescindEndsTheSubchannelWait(t *testing.T) {
+	for _, prof := range sim.Profiles() {
+		t.Run(prof.String(), func(t *testing.T) { testRescindEndsTheSubchannelWait(t, prof) })
+	}
+}
+
+func testRescindEndsTheSubchannelWait(t *testing.T, prof sim.Profile) {
+	_, d, hd := newSimDevice(t, prof, sim.DeviceConfig{RingSize: 64 << 10, SubchannelRingSize: 64 << 10}, vmbus.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := echo.RequestSubchannels(hd.Primary(), 2, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	expectEcho(t, ctx, hd.Primary(), 1<<63)
+	type result struct {
+		subs []*vmbus.Channel
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Hour)
+		defer wcancel()
+		subs, err := hd.OpenSubchannels(wctx, 2)
+		done <- result{subs, err}
+	}()
+	waitFor(t, "both sub-channels offered", func() bool {
+		chans, err := hd.Device().ReadChannels()
+		return err == nil && len(chans) == 3
+	})
+	if err := d.Rescind(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, vmbus.ErrRescinded) || len(r.subs) != 0 {
+			t.Fatalf("OpenSubchannels: %d sub-channels, %v; want none and ErrRescinded", len(r.subs), r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the sub-channel wait did not end on the rescind")
+	}
+}

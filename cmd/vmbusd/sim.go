@@ -22,7 +22,9 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 	tests := fs.Int("test", 1, "number of test (echo) devices to offer")
 	ring := fs.String("ring", "2M", "ring size per direction, header page included (K/M suffixes)")
 	notMonitored := fs.Bool("not-monitored", false, "offer channels without a monitor id (guests signal with write(1); 6.10+)")
-	faults := fs.String("fault", "", "comma-separated faults to switch on for every device: "+faultNames())
+	faults := fs.String("fault", "", "comma-separated ring faults to switch on for every device the host offers: the test devices (--test), "+
+		"the NICs (--nic) and the channel of every hv_sock connection (--hvsock); one-shot faults fire once per device. "+
+		"NIC protocol faults are --nic-fault. Faults: "+faultNames())
 	hvsockBase := fs.String("hvsock", "", "serve hv_sock: R/dev/vmbus-tl takes guest connects, and this Unix socket is the host side's front end (write \"CONNECT <port>\\n\" to reach a guest listener; guest connects to port P reach a program listening on PATH_P); \"-\" for no front end")
 	nicFl := addNICFlags(fs)
 	absLinks := fs.Bool("abs-links", false, "write sysfs links with absolute targets inside the root (for guests that bind-mount only R/sys/bus and R/sys/class, like dpdk-guest)")
@@ -59,7 +61,7 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 	if err := os.MkdirAll(*root, 0o755); err != nil {
 		return err
 	}
-	h, err := sim.New(sim.Config{Root: *root, Profile: prof, Logger: log, AbsoluteLinks: *absLinks})
+	h, err := sim.New(sim.Config{Root: *root, Profile: prof, Logger: log, AbsoluteLinks: *absLinks, Faults: fl})
 	if err != nil {
 		return err
 	}
@@ -68,9 +70,6 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			h.Close()
 			return err
-		}
-		for _, f := range fl {
-			d.SetFault(f, true)
 		}
 		fmt.Fprintf(out, "device %s class %s uio %s\n", d.Instance(), vmbus.ClassName(vmbus.ClassTest), d.UIONode())
 	}
