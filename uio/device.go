@@ -70,6 +70,12 @@ type Device struct {
 	count  atomic.Uint32 // last cumulative count seen
 	closed atomic.Bool
 
+	// irqWords are the two irqcontrol messages (0 and 1), kept in the
+	// Device so that a write through the conn interface does not move a
+	// stack buffer to the heap on every host signal. Never written after
+	// open, so concurrent IRQControl calls share them.
+	irqWords [2][4]byte
+
 	// The reader's state (one reader at a time): the drain callback is
 	// bound once so that a read allocates nothing, and the cancellation of
 	// the last context Wait saw stays registered across Waits (the
@@ -100,6 +106,7 @@ func newDevice(info Info, path string, conn pollConn, sim bool, mems [][]byte) (
 	if sim {
 		d.msgLen = 8
 	}
+	d.irqWords[1][0] = 1 // little-endian u32 1
 	d.dr.d = d
 	d.dr.fn = d.dr.run
 	d.maps = make([][]byte, len(mems))
@@ -284,11 +291,11 @@ func (d *Device) IRQControl(enable bool) error {
 	if d.closed.Load() {
 		return d.closedErr("irqcontrol")
 	}
-	var b [4]byte
+	b := d.irqWords[0][:]
 	if enable {
-		binary.LittleEndian.PutUint32(b[:], 1)
+		b = d.irqWords[1][:]
 	}
-	if _, err := d.conn.Write(b[:]); err != nil {
+	if _, err := d.conn.Write(b); err != nil {
 		return d.ioError("irqcontrol", err)
 	}
 	return nil

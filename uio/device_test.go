@@ -540,3 +540,30 @@ func TestFileNodeWaitAndClose(t *testing.T) {
 		t.Errorf("Wait after Close = %v, want os.ErrClosed", err)
 	}
 }
+
+func TestIRQControlAllocatesNothing(t *testing.T) {
+	h := newTestHost(t, nicMaps[:1])
+	d, c := h.open(t, Options{})
+	done := make(chan struct{})
+	go func() { // drain the host end so writes never block
+		defer close(done)
+		var b [16]byte
+		for {
+			if _, err := c.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	enable := false
+	if a := testing.AllocsPerRun(200, func() {
+		enable = !enable
+		if err := d.IRQControl(enable); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Errorf("IRQControl allocates %.1f times per call, want 0", a)
+	}
+	d.Close()
+	c.Close()
+	<-done
+}
