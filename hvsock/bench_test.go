@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -102,7 +103,7 @@ func BenchmarkHvsockSendLoop(b *testing.B) {
 	for _, mode := range []struct {
 		name  string
 		split int
-	}{{"loop", 0}, {"onechunk", hvsock.DefaultChunk}} {
+	}{{"loop", 0}, {"onechunk", wire.DefaultChunk}} {
 		b.Run(mode.name, func(b *testing.B) {
 			e := benchEnv(b)
 			g, h := e.pair(b, e.cfg, 9000)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -58,10 +59,6 @@ const DefaultConnectTimeout = 2 * time.Second
 // accept queue is full.
 const DefaultBacklog = 64
 
-// TLNode is where the user-space transport sends connect requests, under
-// the root: R/dev/vmbus-tl (DESIGN.md).
-const TLNode = "dev/vmbus-tl"
-
 // Config configures connections and listeners. The zero value is the
 // default: automatic transport, root from VMBUSD_ROOT or "/", 24 KiB rings,
 // Linux's 4088-byte chunks, an 8 s linger. A Config is read, never
@@ -79,8 +76,8 @@ type Config struct {
 	// On the kernel transport they become SO_SNDBUF and SO_RCVBUF (halved,
 	// as Linux doubles them).
 	SendRingSize, RecvRingSize int
-	// ChunkSize is the most payload one packet carries: 1..MTU, 0 meaning
-	// DefaultChunk (Linux). Bigger chunks mean fewer packets but let the
+	// ChunkSize is the most payload one packet carries: 1..wire.MTU, 0
+	// meaning wire.DefaultChunk (Linux's 4088). Bigger chunks mean fewer packets but let the
 	// host start on the data later. VMBus transport only.
 	ChunkSize int
 	// Linger bounds how long Close waits for the host to finish the
@@ -111,7 +108,7 @@ func (c *Config) transport() Transport {
 	if c.Transport != TransportAuto {
 		return c.Transport
 	}
-	if st, err := os.Stat(filepath.Join(c.root(), TLNode)); err == nil && st.Mode().Type() == os.ModeSocket {
+	if st, err := os.Stat(filepath.Join(c.root(), wire.ConnectNode)); err == nil && st.Mode().Type() == os.ModeSocket {
 		return TransportVMBus
 	}
 	return TransportKernel
@@ -121,8 +118,8 @@ func (c *Config) transport() Transport {
 func (c *Config) ResolvedTransport() Transport { return c.transport() }
 
 func (c *Config) check() error {
-	if c.ChunkSize < 0 || c.ChunkSize > MTU {
-		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 for %d", c.ChunkSize, MTU, DefaultChunk)
+	if c.ChunkSize < 0 || c.ChunkSize > wire.MTU {
+		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 for %d", c.ChunkSize, wire.MTU, wire.DefaultChunk)
 	}
 	if c.SendRingSize < 0 || c.RecvRingSize < 0 || c.Backlog < 0 {
 		return fmt.Errorf("hvsock: negative ring size or backlog")
@@ -137,7 +134,7 @@ func (c *Config) check() error {
 
 func (c *Config) chunk() int {
 	if c.ChunkSize == 0 {
-		return DefaultChunk
+		return wire.DefaultChunk
 	}
 	return c.ChunkSize
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -104,7 +105,7 @@ func TestDialAddresses(t *testing.T) {
 	if got, want := h.Device().Instance(), hvsock.ServiceID(la.Port); got != want {
 		t.Errorf("device instance %s, want the local port's service id %s", got, want)
 	}
-	if p := h.RemoteAddr().(*hvsock.Addr).Port; p != la.Port {
+	if p := h.RemoteAddr().(*wire.Addr).Port; p != la.Port {
 		t.Errorf("host sees guest port %d, want %d", p, la.Port)
 	}
 }
@@ -129,7 +130,7 @@ func TestListenAcceptsHostConnects(t *testing.T) {
 		t.Fatalf("accepted connection rings %d, %d; want the listener's 131072, 40960", snd, rcv)
 	}
 	ra := g.RemoteAddr().(*hvsock.Addr)
-	if ra.ContextID != hvsock.CIDHost || ra.Port != h.LocalAddr().(*hvsock.Addr).Port {
+	if ra.ContextID != hvsock.CIDHost || ra.Port != h.LocalAddr().(*wire.Addr).Port {
 		t.Errorf("remote %v, want host and the port of the host's endpoint id (%v)", ra, h.LocalAddr())
 	}
 	if g.LocalAddr().(*hvsock.Addr).Port != 2762 {
@@ -290,7 +291,7 @@ func TestRingSizesAreChosenBeforeConnecting(t *testing.T) {
 func TestConfigChecks(t *testing.T) {
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
-	cfg.ChunkSize = hvsock.MTU + 1
+	cfg.ChunkSize = wire.MTU + 1
 	if _, err := cfg.Dial(testCtx(t), 1); err == nil {
 		t.Fatal("a chunk above the MTU was accepted")
 	}
@@ -304,7 +305,7 @@ func TestConfigChecks(t *testing.T) {
 func TestChunkSizeBoundsPackets(t *testing.T) {
 	checkGoroutines(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
-	for i, tc := range []struct{ chunk, packets int }{{hvsock.MTU, 4}, {0, 17}} {
+	for i, tc := range []struct{ chunk, packets int }{{wire.MTU, 4}, {0, 17}} {
 		cfg := e.cfg
 		cfg.ChunkSize = tc.chunk
 		cfg.SendRingSize = hvsock.MaxRingSize
@@ -359,14 +360,14 @@ func TestFullRingBlocksOnPendingSendSize(t *testing.T) {
 func TestTransportSelection(t *testing.T) {
 	e := newTestEnv(t, sim.HvSockConfig{})
 	if tr := (&hvsock.Config{Root: e.root}).ResolvedTransport(); tr != hvsock.TransportVMBus {
-		t.Errorf("root with %s: transport %v, want vmbus", hvsock.TLNode, tr)
+		t.Errorf("root with %s: transport %v, want vmbus", wire.ConnectNode, tr)
 	}
 	t.Setenv("VMBUSD_ROOT", e.root)
 	if tr := (&hvsock.Config{}).ResolvedTransport(); tr != hvsock.TransportVMBus {
-		t.Errorf("VMBUSD_ROOT with %s: transport %v, want vmbus", hvsock.TLNode, tr)
+		t.Errorf("VMBUSD_ROOT with %s: transport %v, want vmbus", wire.ConnectNode, tr)
 	}
 	if tr := (&hvsock.Config{Root: t.TempDir()}).ResolvedTransport(); tr != hvsock.TransportKernel {
-		t.Errorf("root without %s: transport %v, want kernel", hvsock.TLNode, tr)
+		t.Errorf("root without %s: transport %v, want kernel", wire.ConnectNode, tr)
 	}
 	if tr := (&hvsock.Config{Root: e.root, Transport: hvsock.TransportKernel}).ResolvedTransport(); tr != hvsock.TransportKernel {
 		t.Errorf("explicit kernel transport resolved to %v", tr)

@@ -2,8 +2,10 @@
 // between a Linux guest and its Hyper-V host, with net.Conn semantics. It
 // owns the hv_sock stream protocol (the pipe-header framing, FIN, the close
 // handshake and linger, ring sizing, the send loop), Conn, Listener and
-// Dialer, and the mapping between ports and service GUIDs. It knows nothing
-// of netvsc, and nothing of the simulator (only its tests use sim/).
+// Dialer, and the mapping between ports and service GUIDs. The wire formats
+// it speaks (pipe header, TL connect messages, addressing) are in package
+// hvsock/wire, which the simulated host shares. It knows nothing of
+// netvsc, and nothing of the simulator (only its tests use sim/).
 //
 // # Two transports behind one API
 //
@@ -96,7 +98,7 @@
 //
 // Errors are *net.OpError wrapping net.ErrClosed, os.ErrDeadlineExceeded,
 // syscall errnos (ECONNREFUSED, ETIMEDOUT, EPIPE, EADDRINUSE), a
-// *FrameError or a *vmbus.CorruptError when the host breaks the protocol;
+// *wire.FrameError or a *vmbus.CorruptError when the host breaks the protocol;
 // Read returns io.EOF itself. Conn passes golang.org/x/net/nettest's
 // TestConn against the simulated host.
 package hvsock

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -126,7 +126,7 @@ func TestMalformedPacketsKillTheConnection(t *testing.T) {
 				t.Fatalf("data before the bad packet: %q, %v", b, err)
 			}
 			_, err := g.Read(b)
-			var fe *hvsock.FrameError
+			var fe *wire.FrameError
 			var op *net.OpError
 			if !errors.As(err, &fe) || fe.Kind != kind || !errors.As(err, &op) {
 				t.Fatalf("Read = %v, want *net.OpError wrapping FrameError %v", err, kind)

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -307,7 +308,7 @@ func openOffer(ctx context.Context, cfg *Config, o offer, snd, rcv int) (*vmbus.
 		if err == nil && dev.UIO != "" {
 			return vmbus.Open(dev, vmbus.Options{
 				RingSizes: [2]uint32{uint32(snd), uint32(rcv)},
-				MaxPacket: MaxPacketBody,
+				MaxPacket: wire.MaxPacketBody,
 				Mode:      cfg.Mode,
 				Logger:    cfg.Logger,
 			})

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -239,7 +240,7 @@ func (b *bench) sendLoop(total int64, iters int) error {
 	modes := []struct {
 		name  string
 		split int
-	}{{"one chunk per call (before)", hvsock.DefaultChunk}, {"send loop (after)", 0}}
+	}{{"one chunk per call (before)", wire.DefaultChunk}, {"send loop (after)", 0}}
 	var cols [2][]result
 	for i := range iters {
 		for m, mode := range modes {
