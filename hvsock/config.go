@@ -39,7 +39,8 @@ func (t Transport) String() string {
 	return fmt.Sprintf("Transport(%d)", int(t))
 }
 
-// Ring sizes (hyperv_transport.c RINGBUFFER_HVS_*; hvsock.md §1.4). Each
+// Ring sizes (hyperv_transport.c RINGBUFFER_HVS_*; docs/protocol/hvsock.md
+// §1.4). Each
 // includes the 4 KiB ring header page, so the default ring holds 20 KiB.
 const (
 	DefaultRingSize = 6 * 4096

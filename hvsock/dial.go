@@ -95,8 +95,8 @@ func retryable(err error) bool {
 	return false
 }
 
-// dialVMBus is a guest-initiated connect on the VMBus transport (hvsock.md
-// §1.2, "Numbered sequences"): bind an ephemeral local port L, send
+// dialVMBus is a guest-initiated connect on the VMBus transport
+// (docs/protocol/hvsock.md §1.2, "Numbered sequences"): bind an ephemeral local port L, send
 // TL_CONNECT_REQUEST(endpoint = ServiceID(L), service = ServiceID(port)),
 // then wait for the host's offer of a channel with exactly that interface
 // and instance (is_for_guest_accept 0), or a TL_CONNECT_RESULT refusing it,

@@ -12,7 +12,7 @@
 // On stock Linux kernels hv_sock channels belong to the kernel:
 // uio_hv_generic cannot claim them (vmbus_match hands every TLNPI offer to
 // the hv_sock driver) and a guest's connect is a VMBus control message only
-// the kernel can post (hvsock.md §2.1). So there are two transports:
+// the kernel can post (docs/protocol/hvsock.md §2.1). So there are two transports:
 //
 //   - TransportVMBus runs the protocol in this process over VMBus channels
 //     that reach user space through uio (package vmbus): one channel per
@@ -21,7 +21,7 @@
 //     CHANNELMSG_TL_CONNECT_REQUEST on R/dev/vmbus-tl and takes the channel
 //     the host offers in answer, or ECONNREFUSED from its
 //     CHANNELMSG_TL_CONNECT_RESULT. R/dev/vmbus-tl is the one
-//     simulator-only piece (DESIGN.md): the stand-in for that kernel-only
+//     simulator-only piece (docs/uio-contract.md §7.2): the stand-in for that kernel-only
 //     message. This transport is what runs against vmbusd's simulated host
 //     (sim/, `vmbusd sim --hvsock`), and in an environment that hands hv_sock
 //     channels and the connect request to user space.
@@ -37,7 +37,7 @@
 // vmbus-tl, so a program written against this package uses AF_VSOCK there
 // and the simulator's channels under a simulated root, unchanged.
 //
-// # The protocol (VMBus transport; hvsock.md §1.5-1.10)
+// # The protocol (VMBus transport; docs/protocol/hvsock.md §1.5 to §1.10)
 //
 // Data travels as inband packets whose payload starts with the 8-byte
 // vmpipe header {type 1, size N}; N is at most Config.ChunkSize (Linux's

@@ -93,7 +93,7 @@ type vmbusListener struct {
 }
 
 // openTimeout bounds a listener's open of an offered channel (the host
-// gives up after 2 s; hvsock.md §1.2).
+// gives up after 2 s; docs/protocol/hvsock.md §1.2).
 const openTimeout = 5 * time.Second
 
 func listenVMBus(cfg *Config, port uint32) (*Listener, error) {

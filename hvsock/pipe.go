@@ -18,7 +18,7 @@ import (
 )
 
 // vmbusStream is the guest's half of one hv_sock connection over its own
-// VMBus channel (hvsock.md §1.7-1.10):
+// VMBus channel (docs/protocol/hvsock.md §1.7 to §1.10):
 //
 //	Write       chunks of <= ChunkSize -> inband packets, while the data lasts
 //	            and the ring has room beyond the Reserve; then one Flush
@@ -415,8 +415,8 @@ func (s *vmbusStream) CloseWrite() error {
 	return s.sendFINLocked(s.ctx)
 }
 
-// CloseRead is local: the protocol has no way to tell the host (hvsock.md
-// §1.10, SHUT_RD). A Read waiting for data returns io.EOF now; later Reads
+// CloseRead is local: the protocol has no way to tell the host
+// (docs/protocol/hvsock.md §1.10, SHUT_RD). A Read waiting for data returns io.EOF now; later Reads
 // return io.EOF and drop what arrived. It takes no lock, so it cannot wait
 // behind that Read.
 func (s *vmbusStream) CloseRead() error {

@@ -24,7 +24,7 @@ import (
 // Offers of hv_sock channels reach the VMBus transport as devices under
 // R/sys/bus/vmbus/devices. A real offer carries if_type (the service id),
 // if_instance (the endpoint id), the TLNPI flag and, in its pipe area,
-// whether the host initiated the connection (hvsock.md §1.2). sysfs shows
+// whether the host initiated the connection (docs/protocol/hvsock.md §1.2). sysfs shows
 // the first two as class_id and device_id; the simulated host adds
 // chn_flags and is_for_guest_accept for the other two (sim/hvsock.go).
 //
