@@ -171,7 +171,8 @@ func ClampRingSize(n int) int {
 	return vmbus.ClampHvSockRing(uint32(min(n, MaxRingSize)))
 }
 
-// ringSizes returns the clamped send and receive ring sizes.
-func (c *Config) ringSizes() (snd, rcv int) {
+// RingSizes returns the send and receive ring sizes, header page
+// included, of the connections c makes and accepts on the VMBus transport.
+func (c *Config) RingSizes() (send, recv int) {
 	return ClampRingSize(c.SendRingSize), ClampRingSize(c.RecvRingSize)
 }

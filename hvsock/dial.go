@@ -160,7 +160,7 @@ func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Durat
 		}
 		return nil, syscall.ETIMEDOUT
 	}
-	snd, rcv := cfg.ringSizes()
+	snd, rcv := cfg.RingSizes()
 	h, err := openOffer(tctx, cfg, o, snd, rcv)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -109,7 +109,7 @@ func listenVMBus(cfg *Config, port uint32) (*Listener, error) {
 		return nil, err
 	}
 	l := &vmbusListener{cfg: *cfg, port: port, queue: make(chan *Conn, cfg.backlog()), release: release}
-	l.snd, l.rcv = cfg.ringSizes()
+	l.snd, l.rcv = cfg.RingSizes()
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	svc := ServiceID(port)
 	l.unwatch = watch(root, cfg.logger(), &subscriber{
