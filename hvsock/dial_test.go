@@ -52,9 +52,10 @@ func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 	if !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial = %v, want ETIMEDOUT", err)
 	}
-	for s := e.hv.Stats(); s.OpenTimeouts == 0 || s.Rescinds == 0; s = e.hv.Stats() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the host to rescind the late offer", func() bool {
+		s := e.hv.Stats()
+		return s.OpenTimeouts > 0 && s.Rescinds > 0
+	})
 	if s := e.hv.Stats(); s.Offers != 1 || s.Rescinds != 1 {
 		t.Fatalf("host stats %+v: want the one late offer rescinded", s)
 	}
@@ -77,8 +78,14 @@ func TestDialHonoursContext(t *testing.T) {
 	defer l.Close()
 	e.hv.SetOfferDelay(time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		// Cancel once the dialer waits for the offer: the host has its
+		// request (and holds the offer back for an hour).
+		deadline := time.Now().Add(hangAfter)
+		for e.hv.Stats().Requests == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		cancel()
 	}()
 	d := hvsock.Dialer{Config: e.cfg, Timeout: time.Hour, Retries: 5}
@@ -254,7 +261,7 @@ func TestRingSizesAreChosenBeforeConnecting(t *testing.T) {
 	checkGoroutines(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	tests := []struct{ ask, want int }{
-		{0, 24576}, {16 << 10, 24576}, {32 << 10, 32768}, {40000, 40960},
+		{0, hvsock.DefaultRingSize}, {16 << 10, 24576}, {32 << 10, 32768}, {40000, 40960},
 		{64 << 10, 65536}, {256 << 10, 262144}, {1 << 20, 262144},
 	}
 	for i, tc := range tests {
@@ -334,17 +341,15 @@ func TestFullRingBlocksOnPendingSendSize(t *testing.T) {
 	g, h := e.pair(t, e.cfg, 700)
 	done := make(chan error, 1)
 	go func() {
-		_, err := g.Write(make([]byte, 100<<10))
+		_, err := g.Write(make([]byte, 2*hvsock.MaxRingSize))
 		done <- err
 	}()
-	for g.Stats().Channel.TxFullWaits == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the write to block on the full ring", func() bool { return g.Stats().Channel.TxFullWaits > 0 })
 	// Blocked: the host's side shows our pending_send_sz.
 	if p := h.Channel().In().WriterPending(); p == 0 {
 		t.Error("guest blocked without setting pending_send_sz")
 	}
-	if _, err := io.ReadFull(h, make([]byte, 100<<10)); err != nil {
+	if _, err := io.ReadFull(h, make([]byte, 2*hvsock.MaxRingSize)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

@@ -50,7 +50,9 @@
 // calls as it takes and publishes the read index once no packet is left
 // half-read, signalling the host when its pending_send_sz is crossed. The
 // opener chooses the ring sizes (Config.SendRingSize, RecvRingSize: 24 KiB
-// to 256 KiB, page-aligned); they cannot change once connected.
+// to 256 KiB, page-aligned, 208 KiB by default, as the socket buffer
+// sizing rule gives a socket with Linux's default buffers); they cannot
+// change once connected.
 //
 // Closing follows the hv_sock close handshake: CloseWrite sends the FIN
 // and reading continues; CloseRead is local (the protocol cannot tell the

@@ -46,6 +46,7 @@ import (
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func main() {
@@ -57,6 +58,7 @@ func main() {
 	unixRings := flag.String("vsunix-rings", "default,256K", "ring sizes for the vsunix table (both directions; header page included)")
 	unixWrites := flag.String("vsunix-writes", "128,4K,64K", "write sizes for the vsunix table")
 	chunk := flag.Int("chunk", 0, "payload per guest packet (0: hvsock's default, Linux's 4088)")
+	mode := flag.String("mode", "interrupt", "how the guest waits for the host: interrupt or poll")
 	rings := flag.String("rings", "default,16K,32K,64K,128K,256K", "ring sizes for the ringsize table (header page included; 16K is clamped to the 24K minimum)")
 	writes := flag.String("writes", "128,1K,4K,64K", "write sizes for the ringsize table")
 	hostChunk := flag.Int("host-chunk", 0, "payload per host packet (0: the simulator's default, OpenVMM's 2048)")
@@ -66,13 +68,16 @@ func main() {
 	log.SetPrefix("hvsockbench: ")
 
 	b, err := newBench(*root, *hostChunk, *chunk)
+	if *mode == "poll" {
+		b.mode = vmbus.WaitPoll
+	}
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer b.close()
-	fmt.Printf("# hvsockbench: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s; simulated host in this process (profile %s, host chunk %d B); guest chunk %d B; default rings %s; %d iterations per cell\n\n",
+	fmt.Printf("# hvsockbench: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s; simulated host in this process (profile %s, host chunk %d B); guest chunk %d B, waits by %s; default rings %s; %d iterations per cell\n\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), loadAvg(), sim.DefaultProfile, b.hv.Config().ChunkSize,
-		b.chunk(), b.defaultRings(), *iters)
+		b.chunk(), b.mode, b.defaultRings(), *iters)
 	for _, t := range strings.Split(*tables, ",") {
 		var err error
 		switch strings.TrimSpace(t) {
@@ -104,6 +109,7 @@ type bench struct {
 	hv         *sim.HvSock
 	port       uint32
 	guestChunk int
+	mode       vmbus.WaitMode
 }
 
 func newBench(root string, hostChunk, guestChunk int) (*bench, error) {
@@ -156,7 +162,7 @@ func (b *bench) pair(cfg hvsock.Config) (*hvsock.Conn, *sim.HvSockConn, error) {
 		return nil, nil, err
 	}
 	defer l.Close()
-	cfg.Transport, cfg.Root, cfg.ChunkSize = hvsock.TransportVMBus, b.root, b.guestChunk
+	cfg.Transport, cfg.Root, cfg.ChunkSize, cfg.Mode = hvsock.TransportVMBus, b.root, b.guestChunk, b.mode
 	type acc struct {
 		c   *sim.HvSockConn
 		err error
@@ -243,7 +249,7 @@ func (b *bench) run(cfg hvsock.Config, g2h bool, total int64, size, split int) (
 }
 
 func (b *bench) sendLoop(total int64, iters int) error {
-	fmt.Printf("## Send loop (seed 000)\n\nTotal data transfer: %s per iteration; guest writer, host reader; write size 64 KiB; default rings (%s); %d iterations.\n", sizeString(total), b.defaultRings(), iters)
+	fmt.Printf("## Send loop (seed 000)\n\nTotal data transfer: %s per iteration; guest writer, host reader; write size 64 KiB; 24 KiB rings (Linux's default, as in the seed); %d iterations.\n", sizeString(total), iters)
 	fmt.Printf("CPU = process user+sys seconds for the whole transfer (guest, simulated host and reader).\n")
 	fmt.Printf("before = one chunk per Write call (pre-2019 hvs_stream_enqueue); after = the send loop.\n\n")
 	modes := []struct {
@@ -253,7 +259,8 @@ func (b *bench) sendLoop(total int64, iters int) error {
 	var cols [2][]result
 	for i := range iters {
 		for m, mode := range modes {
-			r, err := b.run(hvsock.Config{}, true, total, 64<<10, mode.split)
+			cfg := hvsock.Config{SendRingSize: hvsock.MinRingSize, RecvRingSize: hvsock.MinRingSize}
+			r, err := b.run(cfg, true, total, 64<<10, mode.split)
 			if err != nil {
 				return fmt.Errorf("sendloop %s: %w", mode.name, err)
 			}
@@ -299,7 +306,7 @@ func (b *bench) ringSize(total int64, iters int, rings, writes []int64) error {
 			} else {
 				cfg.RecvRingSize = int(ring)
 			}
-			label := "default"
+			label := fmt.Sprintf("default (%s)", b.ringLabel(ring))
 			if ring > 0 {
 				label = fmt.Sprintf("%s (%s)", sizeString(ring), b.ringLabel(ring))
 			}
@@ -328,8 +335,8 @@ func (b *bench) vsUnix(total int64, iters int, rings, writes []int64) error {
 	fmt.Printf("Total data transfer: %s per cell; guest writer, host reader (hv_sock) and one writer, one reader (Unix), same process; %d iterations, hv_sock then Unix in each. ", sizeString(total), iters)
 	fmt.Printf("MB/s and CPU s/GB are medians; CPU = process user+sys seconds (hv_sock: guest, simulated host and reader). ")
 	fmt.Printf("ratio = hv_sock MB/s / Unix MB/s and CPU ratio = hv_sock CPU s/GB / Unix CPU s/GB, taken per iteration: median (min-max). Throughput ratio above 1 and CPU ratio below 1 favour hv_sock.\n\n")
-	fmt.Printf("| write  | rings   | hv_sock MB/s | unix MB/s | ratio               | hv_sock CPU s/GB | unix CPU s/GB | CPU ratio           | signals+wake-ups/MB |\n")
-	fmt.Printf("|--------|---------|-------------:|----------:|---------------------|-----------------:|--------------:|---------------------|--------------------:|\n")
+	fmt.Printf("| write  | rings          | hv_sock MB/s | unix MB/s | ratio               | hv_sock CPU s/GB | unix CPU s/GB | CPU ratio           | signals+wake-ups/MB |\n")
+	fmt.Printf("|--------|----------------|-------------:|----------:|---------------------|-----------------:|--------------:|---------------------|--------------------:|\n")
 	gb := float64(total) / 1e9
 	for _, ring := range rings {
 		for _, size := range writes {
@@ -358,8 +365,12 @@ func (b *bench) vsUnix(total int64, iters int, rings, writes []int64) error {
 				fmt.Fprintf(os.Stderr, "vsunix %d/%d write %s rings %s: hv_sock %.0f MB/s %.3f CPU s/GB, unix %.0f MB/s %.3f CPU s/GB\n",
 					i+1, iters, sizeString(size), b.ringLabel(ring), h.mbps, h.cpu/gb, u.mbps, u.cpu/gb)
 			}
-			fmt.Printf("| %-6s | %-7s | %12.0f | %9.0f | %-19s | %16.3f | %13.3f | %-19s | %19.2f |\n",
-				sizeString(size), b.ringLabel(ring),
+			label := b.ringLabel(ring)
+			if ring == 0 {
+				label += " (default)"
+			}
+			fmt.Printf("| %-6s | %-14s | %12.0f | %9.0f | %-19s | %16.3f | %13.3f | %-19s | %19.2f |\n",
+				sizeString(size), label,
 				stat("Median", mbpsOf(hs)), stat("Median", mbpsOf(us)), spread(ratio),
 				stat("Median", cpuOf(hs))/gb, stat("Median", cpuOf(us))/gb, spread(cpuRatio),
 				stat("Median", sw))
@@ -377,9 +388,6 @@ func spread(v []float64) string {
 // ringLabel names a ring size as the tables do: "default" or the size in
 // use after clamping.
 func (b *bench) ringLabel(ring int64) string {
-	if ring == 0 {
-		return "default"
-	}
 	return sizeString(int64(hvsock.ClampRingSize(int(ring))))
 }
 
