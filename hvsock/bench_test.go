@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -97,15 +98,18 @@ func benchEnv(b *testing.B) *testEnv {
 // chunks until done or the ring is full, one commit per batch) and with the
 // behaviour before it, one chunk per call: the benchmark hands Write one
 // 4088-byte chunk at a time, as the vsock core's loop handed
-// hvs_stream_enqueue, each call a commit of its own.
+// hvs_stream_enqueue, each call a commit of its own. The rings are the
+// seed's, Linux's 24 KiB.
 func BenchmarkHvsockSendLoop(b *testing.B) {
 	for _, mode := range []struct {
 		name  string
 		split int
-	}{{"loop", 0}, {"onechunk", hvsock.DefaultChunk}} {
+	}{{"loop", 0}, {"onechunk", wire.DefaultChunk}} {
 		b.Run(mode.name, func(b *testing.B) {
 			e := benchEnv(b)
-			g, h := e.pair(b, e.cfg, 9000)
+			cfg := e.cfg
+			cfg.SendRingSize, cfg.RecvRingSize = hvsock.MinRingSize, hvsock.MinRingSize
+			g, h := e.pair(b, cfg, 9000)
 			defer closePair(g, h)
 			benchPipe(b, g, h, 64<<10, mode.split, hvsockFigures(g, g.Stats()))
 		})
@@ -141,16 +145,21 @@ func BenchmarkHvsockRingSize(b *testing.B) {
 	}
 }
 
-// BenchmarkHvsockVsUnix compares a guest-to-host hv_sock connection with a
-// Unix stream socket pair on the same machine, both in this process.
+// BenchmarkHvsockVsUnix compares a guest-to-host hv_sock connection, with
+// the default rings and with the largest, with a Unix stream socket pair
+// on the same machine, all in this process.
 func BenchmarkHvsockVsUnix(b *testing.B) {
 	for _, size := range []int{128, 4 << 10, 64 << 10} {
-		b.Run("hvsock/"+sizeName(size), func(b *testing.B) {
-			e := benchEnv(b)
-			g, h := e.pair(b, e.cfg, 9200)
-			defer closePair(g, h)
-			benchPipe(b, g, h, size, 0, hvsockFigures(g, g.Stats()))
-		})
+		for _, ring := range []int{0, hvsock.MaxRingSize} {
+			b.Run(fmt.Sprintf("hvsock/ring=%s/%s", sizeName(ring), sizeName(size)), func(b *testing.B) {
+				e := benchEnv(b)
+				cfg := e.cfg
+				cfg.SendRingSize, cfg.RecvRingSize = ring, ring
+				g, h := e.pair(b, cfg, 9200)
+				defer closePair(g, h)
+				benchPipe(b, g, h, size, 0, hvsockFigures(g, g.Stats()))
+			})
+		}
 		b.Run("unix/"+sizeName(size), func(b *testing.B) {
 			w, r := unixPair(b)
 			benchPipe(b, w, r, size, 0, nil)

@@ -119,7 +119,7 @@ func TestCloseDeliversEverythingWritten(t *testing.T) {
 	checkGoroutines(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 103)
-	data := make([]byte, 200<<10)
+	data := make([]byte, 512<<10) // twice the largest ring
 	fillPattern(data, 7, 0)
 	closed := make(chan error, 1)
 	go func() {

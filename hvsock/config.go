@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -38,11 +39,35 @@ func (t Transport) String() string {
 	return fmt.Sprintf("Transport(%d)", int(t))
 }
 
-// Ring sizes (hyperv_transport.c RINGBUFFER_HVS_*; hvsock.md §1.4). Each
-// includes the 4 KiB ring header page, so the default ring holds 20 KiB.
+// Ring sizes, each including the 4 KiB ring header page
+// (docs/protocol/hvsock.md §1.4).
+//
+// The opener sizes the rings from its socket buffer sizes, rounded up to a
+// page and clamped to MinRingSize..MaxRingSize (hyperv_transport.c since
+// the SO_SNDBUF/SO_RCVBUF patch, seed 002 (b) in docs/seeds.md §3). A
+// Config's ring sizes play the part of those buffer sizes, and a Config
+// that leaves them 0 gets what the rule gives a socket whose buffers were
+// never set: Linux's default socket buffer, DefaultSocketBuffer, so
+// DefaultRingSize. Linux's own hv_sock pins an untouched socket at
+// MinRingSize instead, a kernel's choice for physically contiguous ring
+// memory, which user space does not need; the seed measured 64 KiB writes
+// 2.5 to 4 times faster with the larger rings, and the memory (two rings
+// per connection) is a few hundred KiB. Set MinRingSize for a host older
+// than VMBus 5.0, which takes no other size.
 const (
-	DefaultRingSize = 6 * 4096
-	MaxRingSize     = 64 * 4096
+	// MinRingSize is RINGBUFFER_HVS_SND_SIZE and RINGBUFFER_HVS_RCV_SIZE:
+	// six pages, a 20 KiB data area.
+	MinRingSize = 6 * 4096
+	// MaxRingSize is RINGBUFFER_HVS_MAX_SIZE, the most the transport
+	// opens: 64 pages.
+	MaxRingSize = 64 * 4096
+	// DefaultSocketBuffer is Linux's default socket buffer size, the
+	// net.core.wmem_default and rmem_default a socket starts with
+	// (SK_WMEM_MAX, 212992 bytes on 64-bit kernels).
+	DefaultSocketBuffer = 212992
+	// DefaultRingSize is the ring DefaultSocketBuffer gives: 52 pages,
+	// a 204 KiB data area.
+	DefaultRingSize = (DefaultSocketBuffer + 4095) &^ 4095
 )
 
 // DefaultLinger is HVS_CLOSE_TIMEOUT: how long Close waits for the host to
@@ -58,12 +83,8 @@ const DefaultConnectTimeout = 2 * time.Second
 // accept queue is full.
 const DefaultBacklog = 64
 
-// TLNode is where the user-space transport sends connect requests, under
-// the root: R/dev/vmbus-tl (DESIGN.md).
-const TLNode = "dev/vmbus-tl"
-
 // Config configures connections and listeners. The zero value is the
-// default: automatic transport, root from VMBUSD_ROOT or "/", 24 KiB rings,
+// default: automatic transport, root from VMBUSD_ROOT or "/", 208 KiB rings,
 // Linux's 4088-byte chunks, an 8 s linger. A Config is read, never
 // modified, by the functions it is passed to.
 type Config struct {
@@ -74,13 +95,13 @@ type Config struct {
 	// SendRingSize and RecvRingSize are the guest-to-host and host-to-guest
 	// ring sizes in bytes, header page included, chosen before the
 	// connection exists (the rings cannot be resized). They are rounded
-	// up to 4 KiB and clamped to [DefaultRingSize, MaxRingSize]; 0 is the
-	// default. A listener's values apply to the connections it accepts.
-	// On the kernel transport they become SO_SNDBUF and SO_RCVBUF (halved,
-	// as Linux doubles them).
+	// up to 4 KiB and clamped to [MinRingSize, MaxRingSize]; 0 means
+	// DefaultRingSize. A listener's values apply to the connections it
+	// accepts. On the kernel transport they become SO_SNDBUF and SO_RCVBUF
+	// (halved, as Linux doubles them), and 0 leaves the kernel's choice.
 	SendRingSize, RecvRingSize int
-	// ChunkSize is the most payload one packet carries: 1..MTU, 0 meaning
-	// DefaultChunk (Linux). Bigger chunks mean fewer packets but let the
+	// ChunkSize is the most payload one packet carries: 1..wire.MTU, 0
+	// meaning wire.DefaultChunk (Linux's 4088). Bigger chunks mean fewer packets but let the
 	// host start on the data later. VMBus transport only.
 	ChunkSize int
 	// Linger bounds how long Close waits for the host to finish the
@@ -111,7 +132,7 @@ func (c *Config) transport() Transport {
 	if c.Transport != TransportAuto {
 		return c.Transport
 	}
-	if st, err := os.Stat(filepath.Join(c.root(), TLNode)); err == nil && st.Mode().Type() == os.ModeSocket {
+	if st, err := os.Stat(filepath.Join(c.root(), wire.ConnectNode)); err == nil && st.Mode().Type() == os.ModeSocket {
 		return TransportVMBus
 	}
 	return TransportKernel
@@ -121,8 +142,8 @@ func (c *Config) transport() Transport {
 func (c *Config) ResolvedTransport() Transport { return c.transport() }
 
 func (c *Config) check() error {
-	if c.ChunkSize < 0 || c.ChunkSize > MTU {
-		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 for %d", c.ChunkSize, MTU, DefaultChunk)
+	if c.ChunkSize < 0 || c.ChunkSize > wire.MTU {
+		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 for %d", c.ChunkSize, wire.MTU, wire.DefaultChunk)
 	}
 	if c.SendRingSize < 0 || c.RecvRingSize < 0 || c.Backlog < 0 {
 		return fmt.Errorf("hvsock: negative ring size or backlog")
@@ -137,7 +158,7 @@ func (c *Config) check() error {
 
 func (c *Config) chunk() int {
 	if c.ChunkSize == 0 {
-		return DefaultChunk
+		return wire.DefaultChunk
 	}
 	return c.ChunkSize
 }
@@ -164,7 +185,7 @@ func (c *Config) logger() *slog.Logger {
 }
 
 // ClampRingSize applies hyperv_transport.c's rule to a requested ring size
-// (header page included): round up to 4 KiB, clamp to [DefaultRingSize,
+// (header page included): round up to 4 KiB, clamp to [MinRingSize,
 // MaxRingSize]; 0 (or less) gives DefaultRingSize.
 func ClampRingSize(n int) int {
 	if n <= 0 {
@@ -173,7 +194,8 @@ func ClampRingSize(n int) int {
 	return vmbus.ClampHvSockRing(uint32(min(n, MaxRingSize)))
 }
 
-// ringSizes returns the clamped send and receive ring sizes.
-func (c *Config) ringSizes() (snd, rcv int) {
+// RingSizes returns the send and receive ring sizes, header page
+// included, of the connections c makes and accepts on the VMBus transport.
+func (c *Config) RingSizes() (send, recv int) {
 	return ClampRingSize(c.SendRingSize), ClampRingSize(c.RecvRingSize)
 }

@@ -12,7 +12,7 @@ import (
 
 // stream is one transport's connection; Conn adds addresses and error
 // wrapping. Errors are bare sentinels (io.EOF, net.ErrClosed,
-// os.ErrDeadlineExceeded, syscall errnos, *FrameError, *vmbus.CorruptError).
+// os.ErrDeadlineExceeded, syscall errnos, *wire.FrameError, *vmbus.CorruptError).
 type stream interface {
 	Read(b []byte) (int, error)
 	Write(b []byte) (int, error)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 )
 
 // Dialer connects to services on the host. The zero value dials with the
@@ -93,8 +95,8 @@ func retryable(err error) bool {
 	return false
 }
 
-// dialVMBus is a guest-initiated connect on the VMBus transport (hvsock.md
-// §1.2, "Numbered sequences"): bind an ephemeral local port L, send
+// dialVMBus is a guest-initiated connect on the VMBus transport
+// (docs/protocol/hvsock.md §1.2, "Numbered sequences"): bind an ephemeral local port L, send
 // TL_CONNECT_REQUEST(endpoint = ServiceID(L), service = ServiceID(port)),
 // then wait for the host's offer of a channel with exactly that interface
 // and instance (is_for_guest_accept 0), or a TL_CONNECT_RESULT refusing it,
@@ -102,7 +104,7 @@ func retryable(err error) bool {
 // refusal ends the wait at once (ECONNREFUSED instead of a timeout).
 func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Duration) (*Conn, error) {
 	root := cfg.root()
-	tlPath := filepath.Join(root, TLNode)
+	tlPath := filepath.Join(root, wire.ConnectNode)
 	if _, err := os.Stat(tlPath); err != nil {
 		return nil, fmt.Errorf("hvsock: no hv_sock connect node under %s: %w", root, err)
 	}
@@ -116,7 +118,7 @@ func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Durat
 			release()
 		}
 	}()
-	req := TLConnectRequest{Endpoint: ServiceID(local), Service: ServiceID(port)}
+	req := wire.ConnectRequest{Endpoint: ServiceID(local), Service: ServiceID(port)}
 
 	found := make(chan offer, 1)
 	unwatch := watch(root, cfg.logger(), &subscriber{
@@ -158,7 +160,7 @@ func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Durat
 		}
 		return nil, syscall.ETIMEDOUT
 	}
-	snd, rcv := cfg.ringSizes()
+	snd, rcv := cfg.RingSizes()
 	h, err := openOffer(tctx, cfg, o, snd, rcv)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -180,14 +182,14 @@ func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Durat
 // readTLResult waits for the host's TL_CONNECT_RESULT on the request's
 // socket and reports a refusal of req; anything else is ignored (a host
 // never answers success with a result). It returns when the socket closes.
-func readTLResult(tl *net.UnixConn, req TLConnectRequest, refused chan<- error) {
-	buf := make([]byte, 2*TLConnectResultLen)
+func readTLResult(tl *net.UnixConn, req wire.ConnectRequest, refused chan<- error) {
+	buf := make([]byte, 2*wire.ConnectResultLen)
 	for {
 		n, err := tl.Read(buf)
 		if err != nil || n == 0 {
 			return
 		}
-		r, err := ParseTLConnectResult(buf[:n])
+		r, err := wire.ParseConnectResult(buf[:n])
 		if err != nil || r.Endpoint != req.Endpoint || r.Service != req.Service || r.Status >= 0 {
 			continue
 		}

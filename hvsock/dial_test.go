@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -51,9 +52,10 @@ func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 	if !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial = %v, want ETIMEDOUT", err)
 	}
-	for s := e.hv.Stats(); s.OpenTimeouts == 0 || s.Rescinds == 0; s = e.hv.Stats() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the host to rescind the late offer", func() bool {
+		s := e.hv.Stats()
+		return s.OpenTimeouts > 0 && s.Rescinds > 0
+	})
 	if s := e.hv.Stats(); s.Offers != 1 || s.Rescinds != 1 {
 		t.Fatalf("host stats %+v: want the one late offer rescinded", s)
 	}
@@ -76,8 +78,14 @@ func TestDialHonoursContext(t *testing.T) {
 	defer l.Close()
 	e.hv.SetOfferDelay(time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		// Cancel once the dialer waits for the offer: the host has its
+		// request (and holds the offer back for an hour).
+		deadline := time.Now().Add(hangAfter)
+		for e.hv.Stats().Requests == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		cancel()
 	}()
 	d := hvsock.Dialer{Config: e.cfg, Timeout: time.Hour, Retries: 5}
@@ -104,7 +112,7 @@ func TestDialAddresses(t *testing.T) {
 	if got, want := h.Device().Instance(), hvsock.ServiceID(la.Port); got != want {
 		t.Errorf("device instance %s, want the local port's service id %s", got, want)
 	}
-	if p := h.RemoteAddr().(*hvsock.Addr).Port; p != la.Port {
+	if p := h.RemoteAddr().(*wire.Addr).Port; p != la.Port {
 		t.Errorf("host sees guest port %d, want %d", p, la.Port)
 	}
 }
@@ -129,7 +137,7 @@ func TestListenAcceptsHostConnects(t *testing.T) {
 		t.Fatalf("accepted connection rings %d, %d; want the listener's 131072, 40960", snd, rcv)
 	}
 	ra := g.RemoteAddr().(*hvsock.Addr)
-	if ra.ContextID != hvsock.CIDHost || ra.Port != h.LocalAddr().(*hvsock.Addr).Port {
+	if ra.ContextID != hvsock.CIDHost || ra.Port != h.LocalAddr().(*wire.Addr).Port {
 		t.Errorf("remote %v, want host and the port of the host's endpoint id (%v)", ra, h.LocalAddr())
 	}
 	if g.LocalAddr().(*hvsock.Addr).Port != 2762 {
@@ -253,7 +261,7 @@ func TestRingSizesAreChosenBeforeConnecting(t *testing.T) {
 	checkGoroutines(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	tests := []struct{ ask, want int }{
-		{0, 24576}, {16 << 10, 24576}, {32 << 10, 32768}, {40000, 40960},
+		{0, hvsock.DefaultRingSize}, {16 << 10, 24576}, {32 << 10, 32768}, {40000, 40960},
 		{64 << 10, 65536}, {256 << 10, 262144}, {1 << 20, 262144},
 	}
 	for i, tc := range tests {
@@ -290,7 +298,7 @@ func TestRingSizesAreChosenBeforeConnecting(t *testing.T) {
 func TestConfigChecks(t *testing.T) {
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
-	cfg.ChunkSize = hvsock.MTU + 1
+	cfg.ChunkSize = wire.MTU + 1
 	if _, err := cfg.Dial(testCtx(t), 1); err == nil {
 		t.Fatal("a chunk above the MTU was accepted")
 	}
@@ -304,7 +312,7 @@ func TestConfigChecks(t *testing.T) {
 func TestChunkSizeBoundsPackets(t *testing.T) {
 	checkGoroutines(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
-	for i, tc := range []struct{ chunk, packets int }{{hvsock.MTU, 4}, {0, 17}} {
+	for i, tc := range []struct{ chunk, packets int }{{wire.MTU, 4}, {0, 17}} {
 		cfg := e.cfg
 		cfg.ChunkSize = tc.chunk
 		cfg.SendRingSize = hvsock.MaxRingSize
@@ -333,17 +341,15 @@ func TestFullRingBlocksOnPendingSendSize(t *testing.T) {
 	g, h := e.pair(t, e.cfg, 700)
 	done := make(chan error, 1)
 	go func() {
-		_, err := g.Write(make([]byte, 100<<10))
+		_, err := g.Write(make([]byte, 2*hvsock.MaxRingSize))
 		done <- err
 	}()
-	for g.Stats().Channel.TxFullWaits == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the write to block on the full ring", func() bool { return g.Stats().Channel.TxFullWaits > 0 })
 	// Blocked: the host's side shows our pending_send_sz.
 	if p := h.Channel().In().WriterPending(); p == 0 {
 		t.Error("guest blocked without setting pending_send_sz")
 	}
-	if _, err := io.ReadFull(h, make([]byte, 100<<10)); err != nil {
+	if _, err := io.ReadFull(h, make([]byte, 2*hvsock.MaxRingSize)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -359,14 +365,14 @@ func TestFullRingBlocksOnPendingSendSize(t *testing.T) {
 func TestTransportSelection(t *testing.T) {
 	e := newTestEnv(t, sim.HvSockConfig{})
 	if tr := (&hvsock.Config{Root: e.root}).ResolvedTransport(); tr != hvsock.TransportVMBus {
-		t.Errorf("root with %s: transport %v, want vmbus", hvsock.TLNode, tr)
+		t.Errorf("root with %s: transport %v, want vmbus", wire.ConnectNode, tr)
 	}
 	t.Setenv("VMBUSD_ROOT", e.root)
 	if tr := (&hvsock.Config{}).ResolvedTransport(); tr != hvsock.TransportVMBus {
-		t.Errorf("VMBUSD_ROOT with %s: transport %v, want vmbus", hvsock.TLNode, tr)
+		t.Errorf("VMBUSD_ROOT with %s: transport %v, want vmbus", wire.ConnectNode, tr)
 	}
 	if tr := (&hvsock.Config{Root: t.TempDir()}).ResolvedTransport(); tr != hvsock.TransportKernel {
-		t.Errorf("root without %s: transport %v, want kernel", hvsock.TLNode, tr)
+		t.Errorf("root without %s: transport %v, want kernel", wire.ConnectNode, tr)
 	}
 	if tr := (&hvsock.Config{Root: e.root, Transport: hvsock.TransportKernel}).ResolvedTransport(); tr != hvsock.TransportKernel {
 		t.Errorf("explicit kernel transport resolved to %v", tr)

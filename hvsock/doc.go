@@ -2,15 +2,17 @@
 // between a Linux guest and its Hyper-V host, with net.Conn semantics. It
 // owns the hv_sock stream protocol (the pipe-header framing, FIN, the close
 // handshake and linger, ring sizing, the send loop), Conn, Listener and
-// Dialer, and the mapping between ports and service GUIDs. It knows nothing
-// of netvsc, and nothing of the simulator (only its tests use sim/).
+// Dialer, and the mapping between ports and service GUIDs. The wire formats
+// it speaks (pipe header, TL connect messages, addressing) are in package
+// hvsock/wire, which the simulated host shares. It knows nothing of
+// netvsc, and nothing of the simulator (only its tests use sim/).
 //
 // # Two transports behind one API
 //
 // On stock Linux kernels hv_sock channels belong to the kernel:
 // uio_hv_generic cannot claim them (vmbus_match hands every TLNPI offer to
 // the hv_sock driver) and a guest's connect is a VMBus control message only
-// the kernel can post (hvsock.md §2.1). So there are two transports:
+// the kernel can post (docs/protocol/hvsock.md §2.1). So there are two transports:
 //
 //   - TransportVMBus runs the protocol in this process over VMBus channels
 //     that reach user space through uio (package vmbus): one channel per
@@ -19,7 +21,7 @@
 //     CHANNELMSG_TL_CONNECT_REQUEST on R/dev/vmbus-tl and takes the channel
 //     the host offers in answer, or ECONNREFUSED from its
 //     CHANNELMSG_TL_CONNECT_RESULT. R/dev/vmbus-tl is the one
-//     simulator-only piece (DESIGN.md): the stand-in for that kernel-only
+//     simulator-only piece (docs/uio-contract.md §7.2): the stand-in for that kernel-only
 //     message. This transport is what runs against vmbusd's simulated host
 //     (sim/, `vmbusd sim --hvsock`), and in an environment that hands hv_sock
 //     channels and the connect request to user space.
@@ -35,7 +37,7 @@
 // vmbus-tl, so a program written against this package uses AF_VSOCK there
 // and the simulator's channels under a simulated root, unchanged.
 //
-// # The protocol (VMBus transport; hvsock.md §1.5-1.10)
+// # The protocol (VMBus transport; docs/protocol/hvsock.md §1.5 to §1.10)
 //
 // Data travels as inband packets whose payload starts with the 8-byte
 // vmpipe header {type 1, size N}; N is at most Config.ChunkSize (Linux's
@@ -48,7 +50,9 @@
 // calls as it takes and publishes the read index once no packet is left
 // half-read, signalling the host when its pending_send_sz is crossed. The
 // opener chooses the ring sizes (Config.SendRingSize, RecvRingSize: 24 KiB
-// to 256 KiB, page-aligned); they cannot change once connected.
+// to 256 KiB, page-aligned, 208 KiB by default, as the socket buffer
+// sizing rule gives a socket with Linux's default buffers); they cannot
+// change once connected.
 //
 // Closing follows the hv_sock close handshake: CloseWrite sends the FIN
 // and reading continues; CloseRead is local (the protocol cannot tell the
@@ -96,7 +100,7 @@
 //
 // Errors are *net.OpError wrapping net.ErrClosed, os.ErrDeadlineExceeded,
 // syscall errnos (ECONNREFUSED, ETIMEDOUT, EPIPE, EADDRINUSE), a
-// *FrameError or a *vmbus.CorruptError when the host breaks the protocol;
+// *wire.FrameError or a *vmbus.CorruptError when the host breaks the protocol;
 // Read returns io.EOF itself. Conn passes golang.org/x/net/nettest's
 // TestConn against the simulated host.
 package hvsock

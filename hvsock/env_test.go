@@ -23,7 +23,7 @@ type testEnv struct {
 	cfg  hvsock.Config
 }
 
-// shmDir returns a fresh directory on tmpfs (DESIGN.md: keep R on tmpfs),
+// shmDir returns a fresh directory on tmpfs (docs/uio-contract.md §1.1: R on tmpfs),
 // removed at the end of the test.
 func shmDir(t testing.TB) string {
 	t.Helper()

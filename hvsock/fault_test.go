@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -42,15 +42,13 @@ func TestFinRacingTheLastData(t *testing.T) {
 		// The rescind reaches the guest on its own (the uio node's end of
 		// file); a write racing it may still succeed, as in Linux. Once
 		// it has arrived, writes fail with EPIPE.
-		for {
-			_, err := g.Write([]byte("x"))
-			if err != nil {
-				if !errors.Is(err, syscall.EPIPE) {
-					t.Fatalf("Write after the rescind = %v, want EPIPE", err)
-				}
-				break
-			}
-			time.Sleep(time.Millisecond)
+		var werr error
+		waitFor(t, "a write to fail after the rescind", func() bool {
+			_, werr = g.Write([]byte("x"))
+			return werr != nil
+		})
+		if !errors.Is(werr, syscall.EPIPE) {
+			t.Fatalf("Write after the rescind = %v, want EPIPE", werr)
 		}
 		g.Close()
 		h.Close()
@@ -126,7 +124,7 @@ func TestMalformedPacketsKillTheConnection(t *testing.T) {
 				t.Fatalf("data before the bad packet: %q, %v", b, err)
 			}
 			_, err := g.Read(b)
-			var fe *hvsock.FrameError
+			var fe *wire.FrameError
 			var op *net.OpError
 			if !errors.As(err, &fe) || fe.Kind != kind || !errors.As(err, &op) {
 				t.Fatalf("Read = %v, want *net.OpError wrapping FrameError %v", err, kind)
@@ -192,9 +190,7 @@ func TestHostThatStopsReading(t *testing.T) {
 		n, err := g.Write(data)
 		wres <- res{n, err}
 	}()
-	for g.Stats().Channel.TxFullWaits == 0 { // blocked on the full ring
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the write to block on the full ring", func() bool { return g.Stats().Channel.TxFullWaits > 0 })
 	g.SetWriteDeadline(time.Now()) // a deadline passing under a blocked Write
 	r := <-wres
 	n, err := r.n, r.err

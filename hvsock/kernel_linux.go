@@ -17,7 +17,8 @@ import (
 // The kernel transport: AF_VSOCK stream sockets, which a stock Linux guest
 // on Hyper-V carries over VMBus with its hv_sock module (hyperv_transport.c)
 // — the framing, ring rules and close handshake are then the kernel's. The
-// Hyper-V rules of the address family apply (hvsock.md §1.1): the guest
+// Hyper-V rules of the address family apply (docs/protocol/hvsock.md
+// §1.1): the guest
 // binds and listens on VMADDR_CID_ANY, connects only to VMADDR_CID_HOST, and
 // a port stands for the service GUID ServiceID(port). The sockets are
 // non-blocking and wait in the Go netpoller, so deadlines work as on any
@@ -155,8 +156,9 @@ func (s *kernelStream) stats() ConnStats {
 // vsockSocket creates a non-blocking AF_VSOCK stream socket with the
 // configured buffer sizes. hv_sock sizes its rings from sk_sndbuf and
 // sk_rcvbuf, which Linux sets to twice the value given, so half of each
-// ring size is passed (hvsock.md §1.4; a client socket's values may be
-// reset at connect by kernels since 5.5, open question 1 there).
+// ring size is passed (docs/protocol/hvsock.md §1.4; a client socket's
+// values may be reset at connect by kernels since 5.5, open question 1
+// there).
 func vsockSocket(cfg *Config) (int, error) {
 	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

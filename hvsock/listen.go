@@ -93,7 +93,7 @@ type vmbusListener struct {
 }
 
 // openTimeout bounds a listener's open of an offered channel (the host
-// gives up after 2 s; hvsock.md §1.2).
+// gives up after 2 s; docs/protocol/hvsock.md §1.2).
 const openTimeout = 5 * time.Second
 
 func listenVMBus(cfg *Config, port uint32) (*Listener, error) {
@@ -109,7 +109,7 @@ func listenVMBus(cfg *Config, port uint32) (*Listener, error) {
 		return nil, err
 	}
 	l := &vmbusListener{cfg: *cfg, port: port, queue: make(chan *Conn, cfg.backlog()), release: release}
-	l.snd, l.rcv = cfg.ringSizes()
+	l.snd, l.rcv = cfg.RingSizes()
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	svc := ServiceID(port)
 	l.unwatch = watch(root, cfg.logger(), &subscriber{

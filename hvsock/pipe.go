@@ -12,12 +12,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmbusd/vmbusd/internal/deadline"
+	"github.com/vmbusd/vmbusd/deadline"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // vmbusStream is the guest's half of one hv_sock connection over its own
-// VMBus channel (hvsock.md §1.7-1.10):
+// VMBus channel (docs/protocol/hvsock.md §1.7 to §1.10):
 //
 //	Write       chunks of <= ChunkSize -> inband packets, while the data lasts
 //	            and the ring has room beyond the Reserve; then one Flush
@@ -70,7 +71,7 @@ type vmbusStream struct {
 
 	wmu     sync.Mutex // the write side
 	finSent bool
-	hdr     [PipeHeaderSize]byte
+	hdr     [wire.PipeHeaderSize]byte
 
 	gate    closeGate
 	release func() // frees the local port; may be nil
@@ -93,7 +94,7 @@ func newVMBusStream(h *vmbus.Handle, cfg *Config, snd, rcv int) *vmbusStream {
 		snd: snd, rcv: rcv,
 		ctx: ctx, cancel: cancel, rcancel: rcancel, wcancel: wcancel,
 		rdl: deadline.New(rctx), wdl: deadline.New(wctx),
-		rbuf: make([]byte, MaxPacketBody),
+		rbuf: make([]byte, wire.MaxPacketBody),
 	}
 }
 
@@ -215,7 +216,7 @@ func (s *vmbusStream) nextLocked() bool {
 			s.fail(err)
 			return false
 		}
-		data, err := DecodePacket(p.Raw)
+		data, err := wire.DecodePacket(p.Raw)
 		if err != nil {
 			s.fail(err)
 			return false
@@ -256,7 +257,7 @@ func (s *vmbusStream) discardLocked() {
 			s.fail(err)
 			break
 		}
-		data, err := DecodePacket(p.Raw)
+		data, err := wire.DecodePacket(p.Raw)
 		if err != nil {
 			s.fail(err)
 			break
@@ -326,7 +327,7 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 			// data: they wait for wmu, so stop at a packet boundary.
 			break
 		}
-		w := Writable(out.Free())
+		w := wire.Writable(out.Free())
 		if w == 0 {
 			if err := s.flush(); err != nil {
 				return n, s.writeErr(err)
@@ -334,7 +335,7 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 			// Sleep until a whole chunk (or the rest) fits beside the
 			// Reserve; the host signals once pending_send_sz is free.
 			k := min(len(b)-n, s.chunk)
-			need := min(Reserve+align8(k), out.MaxPacket()-8)
+			need := min(wire.Reserve+align8(k), out.MaxPacket()-8)
 			if err := s.ch.WaitWritable(ctx, need); err != nil {
 				if ctx.Err() != nil {
 					return n, s.writeCtxErr()
@@ -344,7 +345,7 @@ func (s *vmbusStream) Write(b []byte) (int, error) {
 			continue
 		}
 		k := min(len(b)-n, w, s.chunk)
-		PutPipeHeader(s.hdr[:], k)
+		wire.PutPipeHeader(s.hdr[:], k)
 		if err := s.ch.SendInband(0, s.hdr[:], b[n:n+k]); err != nil {
 			s.ch.Flush()
 			return n, s.writeErr(err)
@@ -371,7 +372,7 @@ func (s *vmbusStream) sendFINLocked(ctx context.Context) error {
 	if err := s.ch.Err(); err != nil {
 		return s.writeErr(err)
 	}
-	PutPipeHeader(s.hdr[:], 0)
+	wire.PutPipeHeader(s.hdr[:], 0)
 	for {
 		err := s.ch.SendInband(0, s.hdr[:])
 		if err == nil {
@@ -382,7 +383,7 @@ func (s *vmbusStream) sendFINLocked(ctx context.Context) error {
 			return s.writeErr(err)
 		}
 		s.ch.Flush()
-		if err := s.ch.WaitWritable(ctx, FINLen); err != nil {
+		if err := s.ch.WaitWritable(ctx, wire.FINLen); err != nil {
 			if ctx.Err() != nil {
 				return net.ErrClosed
 			}
@@ -414,8 +415,8 @@ func (s *vmbusStream) CloseWrite() error {
 	return s.sendFINLocked(s.ctx)
 }
 
-// CloseRead is local: the protocol has no way to tell the host (hvsock.md
-// §1.10, SHUT_RD). A Read waiting for data returns io.EOF now; later Reads
+// CloseRead is local: the protocol has no way to tell the host
+// (docs/protocol/hvsock.md §1.10, SHUT_RD). A Read waiting for data returns io.EOF now; later Reads
 // return io.EOF and drop what arrived. It takes no lock, so it cannot wait
 // behind that Read.
 func (s *vmbusStream) CloseRead() error {
@@ -515,3 +516,5 @@ func (s *vmbusStream) stats() ConnStats {
 		Channel: s.ch.Stats(), Interrupts: s.h.Interrupts(),
 	}
 }
+
+func align8(n int) int { return (n + 7) &^ 7 }

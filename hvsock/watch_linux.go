@@ -17,13 +17,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Offers of hv_sock channels reach the VMBus transport as devices under
 // R/sys/bus/vmbus/devices. A real offer carries if_type (the service id),
 // if_instance (the endpoint id), the TLNPI flag and, in its pipe area,
-// whether the host initiated the connection (hvsock.md §1.2). sysfs shows
+// whether the host initiated the connection (docs/protocol/hvsock.md §1.2). sysfs shows
 // the first two as class_id and device_id; the simulated host adds
 // chn_flags and is_for_guest_accept for the other two (sim/hvsock.go).
 //
@@ -307,7 +308,7 @@ func openOffer(ctx context.Context, cfg *Config, o offer, snd, rcv int) (*vmbus.
 		if err == nil && dev.UIO != "" {
 			return vmbus.Open(dev, vmbus.Options{
 				RingSizes: [2]uint32{uint32(snd), uint32(rcv)},
-				MaxPacket: MaxPacketBody,
+				MaxPacket: wire.MaxPacketBody,
 				Mode:      cfg.Mode,
 				Logger:    cfg.Logger,
 			})

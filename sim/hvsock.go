@@ -95,7 +95,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -105,7 +105,7 @@ type HvSockConfig struct {
 	// no front end, only the in-process API.
 	SocketBase string
 	// ChunkSize is the most payload the host puts in one packet; 0 means
-	// OpenVMM's 2048. At most hvsock.MTU.
+	// OpenVMM's 2048. At most wire.MTU.
 	ChunkSize int
 	// GuestOpenTimeout bounds the wait for the guest to open a channel it
 	// asked for (OpenVMM: 5 s).
@@ -172,8 +172,8 @@ func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) {
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = DefaultHvSockChunk
 	}
-	if cfg.ChunkSize < 0 || cfg.ChunkSize > hvsock.MTU {
-		return nil, fmt.Errorf("sim: hv_sock chunk size %d: want 1..%d", cfg.ChunkSize, hvsock.MTU)
+	if cfg.ChunkSize < 0 || cfg.ChunkSize > wire.MTU {
+		return nil, fmt.Errorf("sim: hv_sock chunk size %d: want 1..%d", cfg.ChunkSize, wire.MTU)
 	}
 	if cfg.GuestOpenTimeout <= 0 {
 		cfg.GuestOpenTimeout = DefaultGuestOpenTimeout
@@ -191,7 +191,7 @@ func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) {
 		pending:   make(chan struct{}, cfg.MaxPendingConnects),
 		listeners: map[uint32]*HvSockListener{}, tlConns: map[*net.UnixConn]struct{}{}}
 	hv.ctx, hv.cancel = context.WithCancel(h.ctx)
-	path := filepath.Join(h.cfg.Root, hvsock.TLNode)
+	path := filepath.Join(h.cfg.Root, wire.ConnectNode)
 	var err error
 	if hv.tl, err = listenUnix("unixpacket", path); err != nil {
 		return nil, err
@@ -259,7 +259,7 @@ func (hv *HvSock) Close() error {
 		l.Close()
 	}
 	hv.tl.Close()
-	os.Remove(filepath.Join(hv.host.cfg.Root, hvsock.TLNode))
+	os.Remove(filepath.Join(hv.host.cfg.Root, wire.ConnectNode))
 	if hv.front != nil {
 		hv.front.Close()
 	}
@@ -337,7 +337,7 @@ func (hv *HvSock) serveTL(c *net.UnixConn) {
 			<-hv.pending
 			return
 		}
-		req, err := hvsock.ParseTLConnectRequest(buf[:n])
+		req, err := wire.ParseConnectRequest(buf[:n])
 		if err != nil {
 			<-hv.pending
 			hv.violation(vmbus.GUID{}, err.Error())
@@ -354,19 +354,19 @@ func (hv *HvSock) serveTL(c *net.UnixConn) {
 }
 
 // refuse answers a request with STATUS_CONNECTION_REFUSED.
-func (hv *HvSock) refuse(c *net.UnixConn, req hvsock.TLConnectRequest, why string) {
+func (hv *HvSock) refuse(c *net.UnixConn, req wire.ConnectRequest, why string) {
 	hv.refused.Add(1)
-	res := hvsock.TLConnectResult{Endpoint: req.Endpoint, Service: req.Service, Status: hvsock.StatusConnectionRefused}
+	res := wire.ConnectResult{Endpoint: req.Endpoint, Service: req.Service, Status: wire.StatusConnectionRefused}
 	c.Write(res.Marshal())
 	hv.log.Debug("hv_sock connect refused", "service", req.Service.String(), "endpoint", req.Endpoint.String(), "why", why)
 }
 
 // guestConnect handles one request: find the host endpoint, offer the
 // channel, and wait for the guest to open it.
-func (hv *HvSock) guestConnect(c *net.UnixConn, req hvsock.TLConnectRequest) {
+func (hv *HvSock) guestConnect(c *net.UnixConn, req wire.ConnectRequest) {
 	o := &hvOffer{hv: hv, service: req.Service, endpoint: req.Endpoint,
 		opened: make(chan struct{}), refused: make(chan struct{})}
-	if port, ok := hvsock.ServicePort(req.Service); ok {
+	if port, ok := wire.ServicePort(req.Service); ok {
 		hv.mu.Lock()
 		o.listener = hv.listeners[port]
 		hv.mu.Unlock()
@@ -456,7 +456,7 @@ func (hv *HvSock) rescind(d *Device) {
 // does not open it within HostConnectTimeout (no listener, backlog full)
 // gets the offer rescinded, and Connect fails with ETIMEDOUT.
 func (hv *HvSock) Connect(ctx context.Context, port uint32) (*HvSockConn, error) {
-	return hv.ConnectService(ctx, hvsock.ServiceID(port))
+	return hv.ConnectService(ctx, wire.ServiceID(port))
 }
 
 // ConnectService is Connect for any service GUID (Linux guests ignore
@@ -666,7 +666,7 @@ func (l *HvSockListener) Close() error {
 	}
 }
 
-// Addr returns the host port as an hvsock.Addr (CIDHost).
+// Addr returns the host port as a *wire.Addr (CIDHost).
 func (l *HvSockListener) Addr() net.Addr {
-	return &hvsock.Addr{ContextID: hvsock.CIDHost, Port: l.port, Transport: hvsock.TransportVMBus}
+	return &wire.Addr{ContextID: wire.CIDHost, Port: l.port}
 }

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmbusd/vmbusd/hvsock"
-	"github.com/vmbusd/vmbusd/internal/deadline"
+	"github.com/vmbusd/vmbusd/deadline"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -42,7 +42,7 @@ type HvSockConn struct {
 	hv            *HvSock
 	sess          *Session
 	ch            *Channel
-	local, remote *hvsock.Addr
+	local, remote *wire.Addr
 	chunk         int
 
 	ring     sync.RWMutex // held shared by operations on the rings; detach takes it
@@ -61,7 +61,7 @@ type HvSockConn struct {
 	wmu     sync.Mutex
 	finSent bool
 	finRace atomic.Bool
-	hdr     [hvsock.PipeHeaderSize]byte
+	hdr     [wire.PipeHeaderSize]byte
 
 	doneMu              sync.Mutex
 	guestDone, hostDone bool
@@ -79,8 +79,8 @@ func newHvSockConn(o *hvOffer, s *Session) *HvSockConn {
 	if o.fromHost {
 		guestPort, hostPort = hostPort, guestPort
 	}
-	c.local = &hvsock.Addr{ContextID: hvsock.CIDHost, Port: hostPort, Transport: hvsock.TransportVMBus}
-	c.remote = &hvsock.Addr{ContextID: hvsock.CIDAny, Port: guestPort, Transport: hvsock.TransportVMBus}
+	c.local = &wire.Addr{ContextID: wire.CIDHost, Port: hostPort}
+	c.remote = &wire.Addr{ContextID: wire.CIDAny, Port: guestPort}
 	c.ctx, c.cancel = context.WithCancel(s.Context())
 	c.rdl, c.wdl = deadline.New(c.ctx), deadline.New(c.ctx)
 	return c
@@ -140,7 +140,7 @@ func (c *HvSockConn) nextLocked() (ok bool, err error) {
 		}
 		return false, syscall.ECONNRESET
 	}
-	data, err := hvsock.DecodePacket(p.Raw)
+	data, err := wire.DecodePacket(p.Raw)
 	if err != nil {
 		c.violation(err)
 		return false, err
@@ -274,12 +274,12 @@ func (c *HvSockConn) write(ctx context.Context, b []byte) (int, error) {
 		}
 		k := min(len(b)-n, c.chunk)
 		// A packet fits when free > its length: payload <= free - 40.
-		fit := out.Free() - hvsock.PacketLen(0) - 8
+		fit := out.Free() - wire.PacketLen(0) - 8
 		if fit < k && fit < minPartialWrite {
 			if err := c.ch.Flush(); err != nil {
 				return n, syscall.EPIPE
 			}
-			if err := c.ch.WaitWritable(ctx, min(hvsock.PacketLen(k), out.MaxPacket()-8)); err != nil {
+			if err := c.ch.WaitWritable(ctx, min(wire.PacketLen(k), out.MaxPacket()-8)); err != nil {
 				if ctx.Err() != nil {
 					return n, c.ctxErr()
 				}
@@ -288,7 +288,7 @@ func (c *HvSockConn) write(ctx context.Context, b []byte) (int, error) {
 			continue
 		}
 		k = min(k, fit)
-		hvsock.PutPipeHeader(c.hdr[:], k)
+		wire.PutPipeHeader(c.hdr[:], k)
 		if err := c.ch.SendInband(0, c.hdr[:], b[n:n+k]); err != nil {
 			c.ch.Flush()
 			return n, syscall.EPIPE
@@ -315,7 +315,7 @@ func (c *HvSockConn) sendFINLocked(ctx context.Context) error {
 	if c.detached || c.ch.Err() != nil {
 		return syscall.EPIPE
 	}
-	hvsock.PutPipeHeader(c.hdr[:], 0)
+	wire.PutPipeHeader(c.hdr[:], 0)
 	for {
 		err := c.ch.SendInband(0, c.hdr[:])
 		if err == nil {
@@ -326,7 +326,7 @@ func (c *HvSockConn) sendFINLocked(ctx context.Context) error {
 			return syscall.EPIPE
 		}
 		c.ch.Flush()
-		if err := c.ch.WaitWritable(ctx, hvsock.FINLen); err != nil {
+		if err := c.ch.WaitWritable(ctx, wire.FINLen); err != nil {
 			return err
 		}
 	}
@@ -491,35 +491,35 @@ func (c *HvSockConn) SetWriteDeadline(t time.Time) error {
 }
 
 // HvSockMalformed lists the malformed hv_sock packets InjectMalformed
-// writes, one per framing check a guest makes (hvsock.FrameKind).
-var HvSockMalformed = []hvsock.FrameKind{
-	hvsock.FrameShort, hvsock.FrameType, hvsock.FrameOffset,
-	hvsock.FramePipeType, hvsock.FrameSize, hvsock.FrameMTU,
+// writes, one per framing check a guest makes (wire.FrameKind).
+var HvSockMalformed = []wire.FrameKind{
+	wire.FrameShort, wire.FrameType, wire.FrameOffset,
+	wire.FramePipeType, wire.FrameSize, wire.FrameMTU,
 }
 
 // InjectMalformed publishes one packet that is a valid VMBus packet but
 // breaks the hv_sock framing in the way kind names. The guest must reset
 // the connection with that kind.
-func (c *HvSockConn) InjectMalformed(kind hvsock.FrameKind) error {
+func (c *HvSockConn) InjectMalformed(kind wire.FrameKind) error {
 	var pkt []byte
 	switch kind {
-	case hvsock.FrameShort: // a bare descriptor: no room for the pipe header
+	case wire.FrameShort: // a bare descriptor: no room for the pipe header
 		pkt = rawDescriptor(6, 2, 2, 0, 0)
-	case hvsock.FrameType: // a completion, not inband
+	case wire.FrameType: // a completion, not inband
 		pkt = rawDescriptor(0xb, 2, 3, 0, 8)
-		hvsock.PutPipeHeader(pkt[16:], 0)
-	case hvsock.FrameOffset: // offset8 leaving no pipe header
+		wire.PutPipeHeader(pkt[16:], 0)
+	case wire.FrameOffset: // offset8 leaving no pipe header
 		pkt = rawDescriptor(6, 3, 3, 0, 8)
-	case hvsock.FramePipeType:
+	case wire.FramePipeType:
 		pkt = rawDescriptor(6, 2, 4, 0, 16)
 		binary.LittleEndian.PutUint32(pkt[16:], 3) // a GPA-direct setup packet
 		binary.LittleEndian.PutUint32(pkt[20:], 4)
-	case hvsock.FrameSize: // data_size beyond the packet
+	case wire.FrameSize: // data_size beyond the packet
 		pkt = rawDescriptor(6, 2, 4, 0, 16)
-		hvsock.PutPipeHeader(pkt[16:], 64)
-	case hvsock.FrameMTU:
+		wire.PutPipeHeader(pkt[16:], 64)
+	case wire.FrameMTU:
 		pkt = rawDescriptor(6, 2, 4, 0, 16)
-		hvsock.PutPipeHeader(pkt[16:], hvsock.MTU+1)
+		wire.PutPipeHeader(pkt[16:], wire.MTU+1)
 	default:
 		return fmt.Errorf("sim: no malformed packet for %v", kind)
 	}

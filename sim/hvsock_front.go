@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -103,7 +103,7 @@ func parseConnect(line string) (svc vmbus.GUID, byGUID bool, err error) {
 		return vmbus.GUID{}, false, fmt.Errorf("want CONNECT <port> or CONNECT <service GUID>")
 	}
 	if p, err := strconv.ParseUint(arg, 10, 32); err == nil {
-		return hvsock.ServiceID(uint32(p)), false, nil
+		return wire.ServiceID(uint32(p)), false, nil
 	}
 	g, err := vmbus.ParseGUID(arg)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -48,7 +49,7 @@ func hvTestHost(t *testing.T, cfg HvSockConfig) (*Host, *HvSock) {
 // tlDial connects to R/dev/vmbus-tl as a guest kernel would post messages.
 func tlDial(t *testing.T, h *Host) *net.UnixConn {
 	t.Helper()
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: filepath.Join(h.Root(), hvsock.TLNode), Net: "unixpacket"})
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: filepath.Join(h.Root(), wire.ConnectNode), Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestGuestConnectOfferInSysfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	req := hvsock.TLConnectRequest{Endpoint: hvsock.ServiceID(40000), Service: hvsock.ServiceID(2761)}
+	req := wire.ConnectRequest{Endpoint: wire.ServiceID(40000), Service: wire.ServiceID(2761)}
 	if _, err := tlDial(t, h).Write(req.Marshal()); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestGuestConnectOfferInSysfs(t *testing.T) {
 		"is_for_guest_accept":             "0",
 		"device":                          "0x10",
 		"uio/" + node + "/maps/map0/name": "txrx_rings",
-		"uio/" + node + "/maps/map0/size": fmt.Sprintf("0x%016x", 2*hvsock.DefaultRingSize),
+		"uio/" + node + "/maps/map0/size": fmt.Sprintf("0x%016x", 2*vmbus.ClampHvSockRing(0)),
 	} {
 		if got := readAttr(t, dir, name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
@@ -143,7 +144,7 @@ func TestGuestConnectRefusedWithResult(t *testing.T) {
 	h, hv := hvTestHost(t, HvSockConfig{})
 	c := tlDial(t, h)
 	for _, v2 := range []bool{false, true} {
-		req := hvsock.TLConnectRequest{Endpoint: hvsock.ServiceID(40001), Service: hvsock.ServiceID(9), V2: v2}
+		req := wire.ConnectRequest{Endpoint: wire.ServiceID(40001), Service: wire.ServiceID(9), V2: v2}
 		c.Write(req.Marshal())
 		buf := make([]byte, 128)
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -151,8 +152,8 @@ func TestGuestConnectRefusedWithResult(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := hvsock.ParseTLConnectResult(buf[:n])
-		if err != nil || n != hvsock.TLConnectResultLen {
+		res, err := wire.ParseConnectResult(buf[:n])
+		if err != nil || n != wire.ConnectResultLen {
 			t.Fatalf("answer % x: %v", buf[:n], err)
 		}
 		if res.Endpoint != req.Endpoint || res.Service != req.Service || uint32(res.Status) != 0xC0000236 {
@@ -167,16 +168,16 @@ func TestGuestConnectRefusedWithResult(t *testing.T) {
 func TestMalformedConnectRequestIsAViolation(t *testing.T) {
 	h, hv := hvTestHost(t, HvSockConfig{})
 	c := tlDial(t, h)
-	bad := hvsock.TLConnectRequest{Endpoint: hvsock.ServiceID(1), Service: hvsock.ServiceID(2)}.Marshal()
+	bad := wire.ConnectRequest{Endpoint: wire.ServiceID(1), Service: wire.ServiceID(2)}.Marshal()
 	bad[0] = 22
 	c.Write(bad)
 	c.Write([]byte("short"))
 	// The socket still serves: a good request is answered.
-	c.Write(hvsock.TLConnectRequest{Endpoint: hvsock.ServiceID(3), Service: hvsock.ServiceID(4)}.Marshal())
+	c.Write(wire.ConnectRequest{Endpoint: wire.ServiceID(3), Service: wire.ServiceID(4)}.Marshal())
 	buf := make([]byte, 128)
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	n, err := c.Read(buf)
-	if err != nil || n != hvsock.TLConnectResultLen {
+	if err != nil || n != wire.ConnectResultLen {
 		t.Fatalf("answer %d bytes, %v", n, err)
 	}
 	if s := hv.Stats(); s.Violations != 2 {
@@ -195,8 +196,8 @@ func TestConnectRequestsAreBackPressured(t *testing.T) {
 	l, _ := hv.Listen(50)
 	defer l.Close()
 	c := tlDial(t, h)
-	a := hvsock.TLConnectRequest{Endpoint: hvsock.ServiceID(41000), Service: hvsock.ServiceID(50)}
-	b := hvsock.TLConnectRequest{Endpoint: hvsock.ServiceID(41001), Service: hvsock.ServiceID(50)}
+	a := wire.ConnectRequest{Endpoint: wire.ServiceID(41000), Service: wire.ServiceID(50)}
+	b := wire.ConnectRequest{Endpoint: wire.ServiceID(41001), Service: wire.ServiceID(50)}
 	c.Write(a.Marshal())
 	c.Write(b.Marshal())
 	waitFor(t, "the first offer", func() bool { return hv.Stats().Offers == 1 })
@@ -244,7 +245,7 @@ func TestHostConnectOfferInSysfs(t *testing.T) {
 		}
 		return false
 	})
-	if got, want := readAttr(t, dir, "class_id"), hvsock.ServiceID(2763).Braced(); got != want {
+	if got, want := readAttr(t, dir, "class_id"), wire.ServiceID(2763).Braced(); got != want {
 		t.Errorf("class_id %s, want %s", got, want)
 	}
 	if got := readAttr(t, dir, "device_id"); got != "{"+filepath.Base(dir)+"}" {
@@ -290,7 +291,7 @@ func TestFrontEndConnectsToAGuestListener(t *testing.T) {
 		c.(*hvsock.Conn).CloseWrite()
 		guestDone <- err
 	}()
-	for _, form := range []string{"CONNECT 2764\n", "connect " + hvsock.ServiceID(2764).String() + "\n"} {
+	for _, form := range []string{"CONNECT 2764\n", "connect " + wire.ServiceID(2764).String() + "\n"} {
 		uc, err := net.Dial("unix", base)
 		if err != nil {
 			t.Fatal(err)

@@ -13,8 +13,12 @@
 //	          writes of 128 B, 1 KiB, 4 KiB, 64 KiB against ring sizes,
 //	          guest writer (send ring varies) and host writer (receive
 //	          ring varies), 1 GB per cell as in the seed.
-//	vsunix    throughput and CPU per GB of hv_sock and of a Unix stream
-//	          socket pair, both in this process, at 128 B, 4 KiB, 64 KiB.
+//	vsunix    throughput and CPU seconds per GB of hv_sock and of a Unix
+//	          stream socket pair side by side, both in this process, at
+//	          128 B, 4 KiB and 64 KiB writes, with the default rings and
+//	          with the largest: each iteration runs hv_sock and then the
+//	          Unix pair, and the ratios are taken per iteration (paired),
+//	          so that machine load drifting between iterations cancels.
 //
 // CPU is getrusage(RUSAGE_SELF), user + system, over each transfer: it
 // covers both ends and the simulated host, which all run in this process.
@@ -40,7 +44,9 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func main() {
@@ -49,6 +55,10 @@ func main() {
 	sendSize := flag.String("sendloop-size", "10G", "bytes per sendloop iteration (seed 000: 10 GB)")
 	ringSize := flag.String("ringsize-size", "1G", "bytes per ringsize cell (seed 002: 1 GB)")
 	unixSize := flag.String("vsunix-size", "1G", "bytes per vsunix cell")
+	unixRings := flag.String("vsunix-rings", "default,256K", "ring sizes for the vsunix table (both directions; header page included)")
+	unixWrites := flag.String("vsunix-writes", "128,4K,64K", "write sizes for the vsunix table")
+	chunk := flag.Int("chunk", 0, "payload per guest packet (0: hvsock's default, Linux's 4088)")
+	mode := flag.String("mode", "interrupt", "how the guest waits for the host: interrupt or poll")
 	rings := flag.String("rings", "default,16K,32K,64K,128K,256K", "ring sizes for the ringsize table (header page included; 16K is clamped to the 24K minimum)")
 	writes := flag.String("writes", "128,1K,4K,64K", "write sizes for the ringsize table")
 	hostChunk := flag.Int("host-chunk", 0, "payload per host packet (0: the simulator's default, OpenVMM's 2048)")
@@ -57,20 +67,24 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("hvsockbench: ")
 
-	b, err := newBench(*root, *hostChunk)
+	b, err := newBench(*root, *hostChunk, *chunk)
+	if *mode == "poll" {
+		b.mode = vmbus.WaitPoll
+	}
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer b.close()
-	fmt.Printf("# hvsockbench: %s, %d CPUs, GOMAXPROCS %d, %s; simulated host in this process (profile %s, host chunk %d B); %d iterations per cell\n\n",
-		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), sim.DefaultProfile, b.hv.Config().ChunkSize, *iters)
+	fmt.Printf("# hvsockbench: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s; simulated host in this process (profile %s, host chunk %d B); guest chunk %d B, waits by %s; default rings %s; %d iterations per cell\n\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), loadAvg(), sim.DefaultProfile, b.hv.Config().ChunkSize,
+		b.chunk(), b.mode, b.defaultRings(), *iters)
 	for _, t := range strings.Split(*tables, ",") {
 		var err error
 		switch strings.TrimSpace(t) {
 		case "all":
 			if err = b.sendLoop(mustSize(*sendSize), *iters); err == nil {
 				if err = b.ringSize(mustSize(*ringSize), *iters, mustSizes(*rings), mustSizes(*writes)); err == nil {
-					err = b.vsUnix(mustSize(*unixSize), *iters)
+					err = b.vsUnix(mustSize(*unixSize), *iters, mustSizes(*unixRings), mustSizes(*unixWrites))
 				}
 			}
 		case "sendloop":
@@ -78,7 +92,7 @@ func main() {
 		case "ringsize":
 			err = b.ringSize(mustSize(*ringSize), *iters, mustSizes(*rings), mustSizes(*writes))
 		case "vsunix":
-			err = b.vsUnix(mustSize(*unixSize), *iters)
+			err = b.vsUnix(mustSize(*unixSize), *iters, mustSizes(*unixRings), mustSizes(*unixWrites))
 		default:
 			err = fmt.Errorf("unknown table %q", t)
 		}
@@ -89,15 +103,17 @@ func main() {
 }
 
 type bench struct {
-	root    string
-	cleanup bool
-	host    *sim.Host
-	hv      *sim.HvSock
-	port    uint32
+	root       string
+	cleanup    bool
+	host       *sim.Host
+	hv         *sim.HvSock
+	port       uint32
+	guestChunk int
+	mode       vmbus.WaitMode
 }
 
-func newBench(root string, chunk int) (*bench, error) {
-	b := &bench{root: root, port: 20000}
+func newBench(root string, hostChunk, guestChunk int) (*bench, error) {
+	b := &bench{root: root, port: 20000, guestChunk: guestChunk}
 	if root == "" {
 		base := "/dev/shm"
 		if st, err := os.Stat(base); err != nil || !st.IsDir() {
@@ -113,7 +129,7 @@ func newBench(root string, chunk int) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	hv, err := h.StartHvSock(sim.HvSockConfig{ChunkSize: chunk})
+	hv, err := h.StartHvSock(sim.HvSockConfig{ChunkSize: hostChunk})
 	if err != nil {
 		h.Close()
 		return nil, err
@@ -146,7 +162,7 @@ func (b *bench) pair(cfg hvsock.Config) (*hvsock.Conn, *sim.HvSockConn, error) {
 		return nil, nil, err
 	}
 	defer l.Close()
-	cfg.Transport, cfg.Root = hvsock.TransportVMBus, b.root
+	cfg.Transport, cfg.Root, cfg.ChunkSize, cfg.Mode = hvsock.TransportVMBus, b.root, b.guestChunk, b.mode
 	type acc struct {
 		c   *sim.HvSockConn
 		err error
@@ -233,17 +249,18 @@ func (b *bench) run(cfg hvsock.Config, g2h bool, total int64, size, split int) (
 }
 
 func (b *bench) sendLoop(total int64, iters int) error {
-	fmt.Printf("## Send loop (seed 000)\n\nTotal data transfer: %s per iteration; guest writer, host reader; write size 64 KiB; default rings (24 KiB); %d iterations.\n", sizeString(total), iters)
+	fmt.Printf("## Send loop (seed 000)\n\nTotal data transfer: %s per iteration; guest writer, host reader; write size 64 KiB; 24 KiB rings (Linux's default, as in the seed); %d iterations.\n", sizeString(total), iters)
 	fmt.Printf("CPU = process user+sys seconds for the whole transfer (guest, simulated host and reader).\n")
 	fmt.Printf("before = one chunk per Write call (pre-2019 hvs_stream_enqueue); after = the send loop.\n\n")
 	modes := []struct {
 		name  string
 		split int
-	}{{"one chunk per call (before)", hvsock.DefaultChunk}, {"send loop (after)", 0}}
+	}{{"one chunk per call (before)", wire.DefaultChunk}, {"send loop (after)", 0}}
 	var cols [2][]result
 	for i := range iters {
 		for m, mode := range modes {
-			r, err := b.run(hvsock.Config{}, true, total, 64<<10, mode.split)
+			cfg := hvsock.Config{SendRingSize: hvsock.MinRingSize, RecvRingSize: hvsock.MinRingSize}
+			r, err := b.run(cfg, true, total, 64<<10, mode.split)
 			if err != nil {
 				return fmt.Errorf("sendloop %s: %w", mode.name, err)
 			}
@@ -289,9 +306,9 @@ func (b *bench) ringSize(total int64, iters int, rings, writes []int64) error {
 			} else {
 				cfg.RecvRingSize = int(ring)
 			}
-			label := "default (24K)"
+			label := fmt.Sprintf("default (%s)", b.ringLabel(ring))
 			if ring > 0 {
-				label = fmt.Sprintf("%s (%s)", sizeString(ring), sizeString(int64(hvsock.ClampRingSize(int(ring)))))
+				label = fmt.Sprintf("%s (%s)", sizeString(ring), b.ringLabel(ring))
 			}
 			fmt.Printf("| %-14s |", label)
 			for _, w := range writes {
@@ -313,41 +330,91 @@ func (b *bench) ringSize(total int64, iters int, rings, writes []int64) error {
 	return nil
 }
 
-func (b *bench) vsUnix(total int64, iters int) error {
-	fmt.Printf("## hv_sock vs a Unix stream socket pair\n\nTotal data transfer: %s per cell; one writer, one reader, same process; %d iterations, medians; CPU per GB = process user+sys seconds / GB.\n\n", sizeString(total), iters)
-	fmt.Printf("| write  | hv_sock MB/s | hv_sock CPU s/GB | signals+wake-ups/MB | unix MB/s | unix CPU s/GB |\n")
-	fmt.Printf("|--------|--------------|------------------|---------------------|-----------|---------------|\n")
-	for _, size := range []int{128, 4 << 10, 64 << 10} {
-		var hs, us []result
-		for range iters {
-			r, err := b.run(hvsock.Config{}, true, total, size, 0)
-			if err != nil {
-				return err
+func (b *bench) vsUnix(total int64, iters int, rings, writes []int64) error {
+	fmt.Printf("## hv_sock vs a Unix stream socket pair\n\n")
+	fmt.Printf("Total data transfer: %s per cell; guest writer, host reader (hv_sock) and one writer, one reader (Unix), same process; %d iterations, hv_sock then Unix in each. ", sizeString(total), iters)
+	fmt.Printf("MB/s and CPU s/GB are medians; CPU = process user+sys seconds (hv_sock: guest, simulated host and reader). ")
+	fmt.Printf("ratio = hv_sock MB/s / Unix MB/s and CPU ratio = hv_sock CPU s/GB / Unix CPU s/GB, taken per iteration: median (min-max). Throughput ratio above 1 and CPU ratio below 1 favour hv_sock.\n\n")
+	fmt.Printf("| write  | rings          | hv_sock MB/s | unix MB/s | ratio               | hv_sock CPU s/GB | unix CPU s/GB | CPU ratio           | signals+wake-ups/MB |\n")
+	fmt.Printf("|--------|----------------|-------------:|----------:|---------------------|-----------------:|--------------:|---------------------|--------------------:|\n")
+	gb := float64(total) / 1e9
+	for _, ring := range rings {
+		for _, size := range writes {
+			var hs, us []result
+			var ratio, cpuRatio, sw []float64
+			for i := range iters {
+				cfg := hvsock.Config{SendRingSize: int(ring), RecvRingSize: int(ring)}
+				h, err := b.run(cfg, true, total, int(size), 0)
+				if err != nil {
+					return fmt.Errorf("vsunix hv_sock ring %d write %d: %w", ring, size, err)
+				}
+				w, rd, err := unixPair()
+				if err != nil {
+					return err
+				}
+				u, err := transfer(w, rd, total, int(size), 0)
+				w.Close()
+				rd.Close()
+				if err != nil {
+					return fmt.Errorf("vsunix unix write %d: %w", size, err)
+				}
+				hs, us = append(hs, h), append(us, u)
+				ratio = append(ratio, h.mbps/u.mbps)
+				cpuRatio = append(cpuRatio, h.cpu/u.cpu)
+				sw = append(sw, float64(h.sigs+h.wake)/(gb*1e3))
+				fmt.Fprintf(os.Stderr, "vsunix %d/%d write %s rings %s: hv_sock %.0f MB/s %.3f CPU s/GB, unix %.0f MB/s %.3f CPU s/GB\n",
+					i+1, iters, sizeString(size), b.ringLabel(ring), h.mbps, h.cpu/gb, u.mbps, u.cpu/gb)
 			}
-			hs = append(hs, r)
-			w, rd, err := unixPair()
-			if err != nil {
-				return err
+			label := b.ringLabel(ring)
+			if ring == 0 {
+				label += " (default)"
 			}
-			u, err := transfer(w, rd, total, size, 0)
-			w.Close()
-			rd.Close()
-			if err != nil {
-				return err
-			}
-			us = append(us, u)
+			fmt.Printf("| %-6s | %-14s | %12.0f | %9.0f | %-19s | %16.3f | %13.3f | %-19s | %19.2f |\n",
+				sizeString(size), label,
+				stat("Median", mbpsOf(hs)), stat("Median", mbpsOf(us)), spread(ratio),
+				stat("Median", cpuOf(hs))/gb, stat("Median", cpuOf(us))/gb, spread(cpuRatio),
+				stat("Median", sw))
 		}
-		gb := float64(total) / 1e9
-		var sw []float64
-		for _, r := range hs {
-			sw = append(sw, float64(r.sigs+r.wake)/(gb*1e3))
-		}
-		fmt.Printf("| %-6s | %12.0f | %16.3f | %19.2f | %9.0f | %13.3f |\n", sizeString(int64(size)),
-			stat("Median", mbpsOf(hs)), stat("Median", cpuOf(hs))/gb, stat("Median", sw),
-			stat("Median", mbpsOf(us)), stat("Median", cpuOf(us))/gb)
 	}
 	fmt.Println()
 	return nil
+}
+
+// spread prints the median of v and its range.
+func spread(v []float64) string {
+	return fmt.Sprintf("%.2f (%.2f-%.2f)", stat("Median", v), stat("Min", v), stat("Max", v))
+}
+
+// ringLabel names a ring size as the tables do: "default" or the size in
+// use after clamping.
+func (b *bench) ringLabel(ring int64) string {
+	return sizeString(int64(hvsock.ClampRingSize(int(ring))))
+}
+
+// defaultRings describes the ring sizes a Config without sizes gets here.
+func (b *bench) defaultRings() string {
+	cfg := hvsock.Config{Root: b.root}
+	snd, rcv := cfg.RingSizes()
+	return fmt.Sprintf("%s send, %s receive", sizeString(int64(snd)), sizeString(int64(rcv)))
+}
+
+func (b *bench) chunk() int {
+	if b.guestChunk > 0 {
+		return b.guestChunk
+	}
+	return wire.DefaultChunk
+}
+
+func loadAvg() string {
+	d, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(d))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func unixPair() (net.Conn, net.Conn, error) {

@@ -1,14 +1,14 @@
-package hvsock
+package wire
 
 import (
 	"encoding/binary"
 	"fmt"
 )
 
-// The hv_sock stream on a VMBus channel (hvsock.md §1.6; Linux
-// hyperv_transport.c, which OpenVMM's vmbus_async pipe and FreeBSD's
-// hv_sock.c also speak). Every piece of data is one inband packet whose
-// payload starts with the 8-byte vmpipe_proto_header:
+// The hv_sock stream on a VMBus channel (docs/protocol/hvsock.md §1.6;
+// Linux hyperv_transport.c, which OpenVMM's pipe and FreeBSD's hv_sock.c
+// also speak). Every piece of data is one inband packet whose payload
+// starts with the 8-byte vmpipe_proto_header:
 //
 //	 0      2        4      6       8          16         20          24           24+N  align8  +8
 //	+------+--------+------+-------+----------+----------+-----------+------------+-----+-------+
@@ -19,7 +19,9 @@ import (
 //
 // A packet with data_size 0 is the sender's FIN (shutdown of its write
 // side); 32 bytes on the ring. Payloads are at most MTU bytes; Linux sends
-// at most DefaultChunk. The trailer is the ring's business (vmbus).
+// at most DefaultChunk. The descriptor and the trailer are the ring's
+// business (package vmbus): a writer hands it the pipe header and the
+// payload, a reader gets the packet body back and calls DecodePacket.
 
 // Wire constants, named as in hyperv_transport.c.
 const (
@@ -41,16 +43,25 @@ const (
 	FINLen = HeaderLen + trailerLen
 	// Reserve is HVS_PKT_LEN(1) + HVS_PKT_LEN(0) = 72: what a writer always
 	// leaves free so that a FIN can be queued whatever happened before
-	// (hvs_channel_writable_bytes).
+	// (hvs_channel_writable_bytes; docs/protocol/hvsock.md §1.7).
 	Reserve = 40 + FINLen
 	// MaxPacketBody is the largest packet body a reader accepts:
 	// HVS_MAX_PKT_SIZE (HVS_PKT_LEN(MTU) = 16416) less the trailer.
 	MaxPacketBody = HeaderLen + MTU
+)
 
+// Pipe packet types (vmpipe_proto_header.pkt_type).
+const (
+	// PipeData is VMPIPE_PKT_TYPE_DATA, the only type a writer sends.
+	PipeData = 1
+	// PipePartial is what OpenVMM's reader writes back into its own ring
+	// for a packet it read in part; a reader accepts it like PipeData.
+	PipePartial = 2
+)
+
+const (
 	trailerLen   = 8
 	descInband   = 6 // VM_PKT_DATA_INBAND
-	pipeData     = 1 // VMPIPE_PKT_TYPE_DATA
-	pipePartial  = 2 // written back by OpenVMM's reader into its own ring; accepted like DATA
 	descOffset8  = 2 // the descriptor alone: Linux's receiver assumes it
 	minPacketLen = HeaderLen
 )
@@ -72,9 +83,9 @@ func Writable(free int) int {
 func align8(n int) int { return (n + 7) &^ 7 }
 
 // PutPipeHeader writes the vmpipe_proto_header of a DATA packet carrying n
-// bytes (n == 0: a FIN) into b[:8].
+// bytes (n == 0: a FIN) into b[:PipeHeaderSize].
 func PutPipeHeader(b []byte, n int) {
-	binary.LittleEndian.PutUint32(b[0:], pipeData)
+	binary.LittleEndian.PutUint32(b[0:], PipeData)
 	binary.LittleEndian.PutUint32(b[4:], uint32(n))
 }
 
@@ -126,7 +137,7 @@ type FrameError struct {
 }
 
 func (e *FrameError) Error() string {
-	return fmt.Sprintf("hvsock: malformed packet: %s (value %d)", e.Kind, e.Val)
+	return fmt.Sprintf("hvsock/wire: malformed packet: %s (value %d)", e.Kind, e.Val)
 }
 
 // DecodePacket parses one hv_sock packet as copied out of the ring: raw is
@@ -154,7 +165,7 @@ func DecodePacket(raw []byte) ([]byte, error) {
 	size := binary.LittleEndian.Uint32(raw[off+4:])
 	room := body - off - PipeHeaderSize
 	switch {
-	case ptype != pipeData && ptype != pipePartial:
+	case ptype != PipeData && ptype != PipePartial:
 		return nil, &FrameError{Kind: FramePipeType, Val: uint64(ptype)}
 	case size > MTU:
 		return nil, &FrameError{Kind: FrameMTU, Val: uint64(size)}

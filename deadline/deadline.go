@@ -1,6 +1,3 @@
-// Package deadline turns net.Conn deadlines into contexts, for connections
-// whose blocked operations wait on channels rather than file descriptors
-// (hv_sock over VMBus, on both the guest's and the simulated host's side).
 package deadline
 
 import (

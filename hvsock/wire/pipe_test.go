@@ -1,8 +1,9 @@
-package hvsock
+package wire
 
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -34,11 +35,11 @@ func TestPacketLenMatchesLinux(t *testing.T) {
 	}
 }
 
-// TestWritableWorkedExample is hvsock.md §1.7's: an empty default ring
-// (20480 data bytes) takes 4088 x 4 + 3928, leaving 40 bytes, writable 0;
-// the FIN (32 bytes, strictly less than 40) still fits.
+// TestWritableWorkedExample is docs/protocol/hvsock.md §1.7's: an empty
+// 24 KiB ring (20480 data bytes) takes 4088 x 4 + 3928, leaving 40 bytes,
+// writable 0; the FIN (32 bytes, strictly less than 40) still fits.
 func TestWritableWorkedExample(t *testing.T) {
-	free := DefaultRingSize - 4096
+	free := 6*4096 - 4096
 	var chunks []int
 	for {
 		w := Writable(free)
@@ -68,10 +69,27 @@ func TestWritableWorkedExample(t *testing.T) {
 	}
 }
 
+func TestPipeHeaderGolden(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{0, "01000000" + "00000000"},    // FIN
+		{5, "01000000" + "05000000"},    // type DATA, data_size 5
+		{4088, "01000000" + "f80f0000"}, // a full Linux chunk
+	} {
+		var b [PipeHeaderSize]byte
+		PutPipeHeader(b[:], tc.n)
+		if got := hex.EncodeToString(b[:]); got != tc.want {
+			t.Errorf("PutPipeHeader(%d) = %s, want %s", tc.n, got, tc.want)
+		}
+	}
+}
+
 func TestDecodePacket(t *testing.T) {
-	fin := packet(pipeData, nil)
-	data := packet(pipeData, []byte("hello"))
-	partial := packet(pipePartial, []byte("abc"))
+	fin := packet(PipeData, nil)
+	data := packet(PipeData, []byte("hello"))
+	partial := packet(PipePartial, []byte("abc"))
 	mut := func(b []byte, f func(b []byte)) []byte {
 		c := bytes.Clone(b)
 		f(c)
@@ -92,7 +110,7 @@ func TestDecodePacket(t *testing.T) {
 			binary.LittleEndian.PutUint16(b[0:], descInband)
 			binary.LittleEndian.PutUint16(b[2:], 3)
 			binary.LittleEndian.PutUint16(b[4:], 5)
-			binary.LittleEndian.PutUint32(b[24:], pipeData)
+			binary.LittleEndian.PutUint32(b[24:], PipeData)
 			binary.LittleEndian.PutUint32(b[28:], 2)
 			copy(b[32:], "hi")
 			return b
@@ -122,7 +140,7 @@ func TestDecodePacket(t *testing.T) {
 			}
 		})
 	}
-	// Every kind has a case above.
+	// Every kind has a case above, and a name.
 	seen := map[FrameKind]bool{}
 	for _, tc := range tests {
 		seen[tc.kind] = true
@@ -131,12 +149,16 @@ func TestDecodePacket(t *testing.T) {
 		if !seen[k] {
 			t.Errorf("no test for %v", k)
 		}
+		if k.String() == FrameKind(0).String() || len(k.String()) == 0 {
+			t.Errorf("kind %d has no name", int(k))
+		}
 	}
 }
 
-// TestEncodeThroughTheRing writes packets as the guest does, through a vmbus
-// ring, and decodes what a reader copies out: the two halves agree.
-func TestEncodeThroughTheRing(t *testing.T) {
+// TestPacketsOnTheRingGolden writes packets as the guest does, through a
+// vmbus ring, and checks the exact ring bytes (descriptor, pipe header,
+// payload, padding, trailer) and that a reader decodes what was written.
+func TestPacketsOnTheRingGolden(t *testing.T) {
 	mem := make([]byte, 4096+8192)
 	if err := vmbus.InitRingHeader(mem); err != nil {
 		t.Fatal(err)
@@ -149,25 +171,52 @@ func TestEncodeThroughTheRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hdr [PipeHeaderSize]byte
-	for _, msg := range []string{"a", "seven b", "exactly8", ""} {
-		PutPipeHeader(hdr[:], len(msg))
-		if err := out.Write(vmbus.PacketInband, 0, 0, nil, hdr[:], []byte(msg)); err != nil {
+	data := mem[4096:]
+	at := 0
+	for _, tc := range []struct {
+		msg  string
+		ring string // the packet as it lies in the ring, trailer included
+	}{
+		{"a", "0600" + "0200" + "0400" + "0000" + "0000000000000000" + "01000000" + "01000000" +
+			"61" + "00000000000000" + "0000000000000000"},
+		{"exactly8", "0600" + "0200" + "0400" + "0000" + "0000000000000000" + "01000000" + "08000000" +
+			hex.EncodeToString([]byte("exactly8")) + "0000000028000000"},
+		{"", "0600" + "0200" + "0300" + "0000" + "0000000000000000" + "01000000" + "00000000" +
+			"0000000050000000"}, // the FIN: 32 bytes
+	} {
+		var hdr [PipeHeaderSize]byte
+		PutPipeHeader(hdr[:], len(tc.msg))
+		if err := out.Write(vmbus.PacketInband, 0, 0, nil, hdr[:], []byte(tc.msg)); err != nil {
 			t.Fatal(err)
 		}
-		if got := out.Pending(); got != PacketLen(len(msg)) {
-			t.Fatalf("%q took %d ring bytes, want PacketLen %d", msg, got, PacketLen(len(msg)))
+		if got := out.Pending(); got != PacketLen(len(tc.msg)) {
+			t.Fatalf("%q took %d ring bytes, want PacketLen %d", tc.msg, got, PacketLen(len(tc.msg)))
 		}
 		out.Commit()
+		if got := hex.EncodeToString(data[at : at+PacketLen(len(tc.msg))]); got != tc.ring {
+			t.Fatalf("%q on the ring:\n%s\nwant\n%s", tc.msg, got, tc.ring)
+		}
+		at += PacketLen(len(tc.msg))
 		buf := make([]byte, MaxPacketBody)
 		p, err := in.Read(buf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, err := DecodePacket(p.Raw)
-		if err != nil || string(got) != msg {
-			t.Fatalf("decoded %q, %v; want %q", got, err, msg)
+		if err != nil || string(got) != tc.msg {
+			t.Fatalf("decoded %q, %v; want %q", got, err, tc.msg)
 		}
 		in.Commit()
+	}
+}
+
+func TestDecodePacketAllocatesNothing(t *testing.T) {
+	raw := packet(PipeData, make([]byte, DefaultChunk))
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := DecodePacket(raw); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("DecodePacket allocates %v times per packet", n)
 	}
 }
