@@ -65,7 +65,8 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 	// The file's own log settings apply unless flags changed them.
 	if !flagSet(fs, "log-level") && !flagSet(fs, "log-format") {
-		if log, err = newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format); err != nil {
+		lv, _ := cfg.Log.Level.MarshalText()
+		if log, err = newLogger(os.Stderr, string(lv), cfg.Log.Format.String()); err != nil {
 			return err
 		}
 	}

@@ -124,7 +124,7 @@ func (d *Daemon) MetricsAddr() string {
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
 	if !d.opts.NoRestore {
-		recs, err := bind.Restore(ctx, d.cfg.Root, bind.Options{StateDir: d.cfg.StateDir, Logger: log})
+		recs, err := bind.Restore(ctx, d.cfg.Root, bind.Options{StateDir: d.cfg.State(), Logger: log})
 		for _, r := range recs {
 			log.Warn("gave back a device left bound by an earlier run", "device", r.Device.String(), "driver", r.OriginalDriver)
 		}

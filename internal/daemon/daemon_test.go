@@ -94,8 +94,8 @@ func (r *rig) start(t *testing.T) {
 	cfg.Control.Socket = filepath.Join(r.root, "run/vmbusd/control.sock")
 	cfg.Metrics.Listen = "127.0.0.1:0"
 	cfg.NICs = []config.NIC{
-		{Device: "eth1", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth2", Bind: &tru},
-		{Device: "eth2", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth1", Bind: &tru},
+		{Device: "eth1", Queues: 2, Attach: config.AttachForward, Peer: "eth2", Bind: &tru},
+		{Device: "eth2", Queues: 2, Attach: config.AttachForward, Peer: "eth1", Bind: &tru},
 	}
 	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add,
 		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -24,10 +23,7 @@ type fwdRunner struct {
 }
 
 func newFwdRunner(d *Daemon, idx int, cfg config.HvSock) *fwdRunner {
-	name := fmt.Sprintf("hvsock:%d->%s", cfg.Port, cfg.To)
-	if cfg.Listen != "" {
-		name = fmt.Sprintf("%s->hvsock:%d", cfg.Listen, cfg.ToPort)
-	}
+	name := cfg.Name()
 	f := &fwdRunner{d: d, idx: idx, cfg: cfg, name: name, log: d.log.With("forward", name)}
 	f.fwd = &forward.Forwarder{Name: name, Logger: f.log, DialTimeout: 10 * time.Second}
 	return f
@@ -72,16 +68,15 @@ func (f *fwdRunner) listen() (net.Listener, error) {
 		}
 		return l, nil
 	}
-	network, addr := config.SplitAddr(f.cfg.Listen)
-	return net.Listen(network, addr)
+	return f.cfg.Listen.Listen()
 }
 
 func (f *fwdRunner) dialer() func(ctx context.Context) (net.Conn, error) {
 	if f.cfg.Port != 0 {
-		network, addr := config.SplitAddr(f.cfg.To)
+		to := f.cfg.To
 		return func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
+			return d.DialContext(ctx, to.Network, to.Address)
 		}
 	}
 	d := hvsock.Dialer{Config: f.hvConfig(), Timeout: 5 * time.Second, Retries: 2, RetryWait: 500 * time.Millisecond}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +85,7 @@ func newNICRunner(d *Daemon, idx int, cfg config.NIC) *nicRunner {
 	r := &nicRunner{d: d, idx: idx, cfg: cfg, log: d.log.With("nic", cfg.Device),
 		base: map[int]netvsc.QueueStats{}, baseViol: map[string]uint64{}, nicChange: make(chan struct{})}
 	r.st = NICStatus{Name: cfg.Device, Device: cfg.Device, State: stateStarting, Since: time.Now(),
-		Attach: cfg.Attach, TAP: cfg.TAP, Mode: cfg.Mode}
+		Attach: cfg.Attach.String(), TAP: cfg.TAP, Mode: cfg.Mode.String()}
 	r.beat.Store(time.Now().UnixNano())
 	return r
 }
@@ -239,7 +238,7 @@ func (r *nicRunner) waitOffer(ctx context.Context) {
 }
 
 func (r *nicRunner) bindOptions() bind.Options {
-	return bind.Options{StateDir: r.d.cfg.StateDir, Force: r.cfg.Force, Logger: r.log}
+	return bind.Options{StateDir: r.d.cfg.State(), Force: r.cfg.Force, Logger: r.log}
 }
 
 // incarnation brings the NIC up once and supervises it until it fails or
@@ -257,7 +256,7 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 		r.st.Instance = dev.Instance.String()
 		r.mu.Unlock()
 	}
-	if *r.cfg.Bind {
+	if r.cfg.Binds() {
 		rec, err := bind.Bind(ctx, root, r.instance.String(), r.bindOptions())
 		if err != nil {
 			return err
@@ -272,12 +271,9 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 	if err != nil {
 		return err
 	}
-	mode, err := netvsc.ParseMode(r.cfg.Mode)
-	if err != nil {
-		return err
-	}
-	nic, err := netvsc.Open(ctx, dev, netvsc.Config{Queues: r.cfg.Queues, MTU: r.cfg.MTU, Mode: mode,
-		GPAPool: r.d.opts.GPAPool, Logger: r.log})
+	ncfg := r.cfg.Netvsc()
+	ncfg.GPAPool, ncfg.Logger = r.d.opts.GPAPool, r.log
+	nic, err := netvsc.Open(ctx, dev, ncfg)
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
@@ -288,13 +284,9 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 	dataDone := make(chan error, 1)
 	var stopData func()
 	switch r.cfg.Attach {
-	case "tap":
-		var addr netip.Prefix
-		if r.cfg.Address != "" {
-			addr, _ = netip.ParsePrefix(r.cfg.Address)
-		}
+	case config.AttachTAP:
 		td, err := tap.Create(tap.Config{Name: r.cfg.TAP, Queues: len(nic.Queues()), MAC: nic.MAC(),
-			MTU: nic.MTU(), Netns: r.cfg.NetNS, Addr: addr, GSO: r.cfg.GSO})
+			MTU: nic.MTU(), Netns: r.cfg.NetNS, Addr: r.cfg.Address, GSO: r.cfg.GSO})
 		if err != nil {
 			r.closeNIC(nic)
 			return err
@@ -315,7 +307,7 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 		}
 		r.log.Info("NIC attached to TAP", "tap", td.Name(), "netns", r.cfg.NetNS, "queues", len(nic.Queues()),
 			"mac", nic.MAC().String(), "mtu", nic.MTU())
-	case "forward":
+	case config.AttachForward:
 		fctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
