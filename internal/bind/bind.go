@@ -471,3 +471,18 @@ func managementReason(root, ifname string, getenv func(string) string) (string, 
 	}
 	return strings.Join(why, "; "), nil
 }
+
+// Identify returns the instance GUID of a device named by GUID, by
+// interface name, or by the interface name its record kept (a NIC bound to
+// uio_hv_generic has no netdev). It reads sysfs and the records only.
+func Identify(root, stateDir, nameOrGUID string) (vmbus.GUID, error) {
+	root, opts := Options{StateDir: stateDir}.fill(root)
+	dev, err := Resolve(root, nameOrGUID)
+	if err == nil {
+		return dev.Instance, nil
+	}
+	if rec, ok := recordByInterface(opts.StateDir, nameOrGUID); ok {
+		return rec.Device, nil
+	}
+	return vmbus.GUID{}, err
+}

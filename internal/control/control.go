@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +31,9 @@ type Server struct {
 	log  *slog.Logger
 	// allowed reports whether a peer uid may use the socket.
 	allowed func(uid uint32) bool
+	// ino identifies the socket file Listen created.
+	ino        uint64
+	removeOnce sync.Once
 }
 
 // ErrRunning is returned when another live process owns the socket.
@@ -53,6 +57,12 @@ func Listen(path string, handler http.Handler, log *slog.Logger) (*Server, error
 	s.ln = &credListener{Listener: ln, s: s}
 	s.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control: %s: %w", path, err)
+	}
+	s.ino = st.Ino
 	return s, nil
 }
 
@@ -62,22 +72,15 @@ func listenUnix(path string) (net.Listener, error) {
 	ln, err := net.Listen("unix", path)
 	unix.Umask(old)
 	if err == nil {
-		ln.(*net.UnixListener).SetUnlinkOnClose(true)
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
 		return ln, nil
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("control: listen %s: %w", path, err)
 	}
 	// Someone left a socket file. If it answers, a daemon is running.
-	if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
-		c.Close()
-		return nil, fmt.Errorf("%w (%s)", ErrRunning, path)
-	}
-	if st, serr := os.Lstat(path); serr == nil && st.Mode()&os.ModeSocket == 0 {
-		return nil, fmt.Errorf("control: %s exists and is not a socket; refusing to replace it", path)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("control: remove stale socket %s: %w", path, err)
+	if _, err := RemoveStale(path); err != nil {
+		return nil, err
 	}
 	old = unix.Umask(0o177)
 	ln, err = net.Listen("unix", path)
@@ -85,27 +88,76 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control: listen %s: %w", path, err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	return ln, nil
 }
 
-// Serve answers requests until ctx ends, then shuts down.
+// Serve answers requests until ctx ends, then shuts down (waiting up to 2 s
+// for requests in progress) and removes the socket. It returns once the
+// socket is gone, so that a process that exits right after leaves none.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.ln) }()
+	var err error
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s.srv.Shutdown(sctx)
-		return nil
+		if s.srv.Shutdown(sctx) != nil {
+			s.srv.Close()
+		}
+		cancel()
+		<-errc
+	}
+	s.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Close stops the server at once and removes the socket (if it is still
+// the one Listen created). It is safe to call more than once, and on every
+// exit path.
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	s.ln.Close()
+	s.removeOnce.Do(func() { removeIfSame(s.path, s.ino) })
+	return err
+}
+
+// removeIfSame removes path if it is still the socket with inode ino (not
+// one a later daemon created there).
+func removeIfSame(path string, ino uint64) {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) == nil && st.Ino == ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		os.Remove(path)
 	}
 }
 
-// Close stops the server at once and removes the socket.
-func (s *Server) Close() error { return s.srv.Close() }
+// RemoveStale removes the socket at path when nobody answers on it (its
+// daemon died); it returns ErrRunning when one does. A missing path is
+// not an error; a file that is not a socket is left alone.
+func RemoveStale(path string) (removed bool, err error) {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("control: %w", err)
+	}
+	if st.Mode()&os.ModeSocket == 0 {
+		return false, fmt.Errorf("control: %s exists and is not a socket; leaving it", path)
+	}
+	if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+		c.Close()
+		return false, fmt.Errorf("%w (%s)", ErrRunning, path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("control: remove stale socket %s: %w", path, err)
+	}
+	return true, nil
+}
 
 // Path returns the socket path.
 func (s *Server) Path() string { return s.path }

@@ -95,3 +95,63 @@ func TestClientWithoutDaemon(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestSocketGoneWhenServeReturns: a daemon that exits right after Serve
+// returns leaves no socket, even when it is stopped before it served
+// anything.
+func TestSocketGoneWhenServeReturns(t *testing.T) {
+	for i := range 20 {
+		path := filepath.Join(t.TempDir(), "control.sock")
+		s, err := Listen(path, http.NewServeMux(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.Serve(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("run %d: socket left after Serve returned: %v", i, err)
+		}
+	}
+}
+
+func TestCloseLeavesASocketSomeoneElseCreated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	s, err := Listen(path, http.NewServeMux(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another daemon replaced the file (after deciding ours was stale).
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("Close removed a socket it did not create: %v", err)
+	}
+}
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	ln, _ := net.Listen("unix", stale)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if removed, err := RemoveStale(stale); !removed || err != nil {
+		t.Fatalf("stale socket: removed %v, %v", removed, err)
+	}
+	live := filepath.Join(dir, "live.sock")
+	ln, _ = net.Listen("unix", live)
+	defer ln.Close()
+	if _, err := RemoveStale(live); !errors.Is(err, ErrRunning) {
+		t.Fatalf("live socket: %v, want ErrRunning", err)
+	}
+	if removed, err := RemoveStale(filepath.Join(dir, "none")); removed || err != nil {
+		t.Fatalf("missing: %v %v", removed, err)
+	}
+}

@@ -30,7 +30,9 @@ import (
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/control"
+	"github.com/vmbusd/vmbusd/internal/owner"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Options configure a Daemon beyond its file.
@@ -63,9 +65,55 @@ type Daemon struct {
 
 	probeInterval, probeTimeout time.Duration
 
+	lock *owner.Lock
+
 	mu        sync.Mutex
 	metricsAt string // the metrics listener's address, once listening
 	ready     chan struct{}
+}
+
+// lockWait is how long a starting daemon waits for a `vmbusd bind`,
+// `unbind` or `restore` to finish with the state directory (a live daemon
+// is not waited for).
+const lockWait = 30 * time.Second
+
+// ErrConfig marks a configuration the running system shows to be wrong
+// (the same device named twice); `vmbusd run` exits 2 on it.
+var ErrConfig = errors.New("configuration error")
+
+// resolveIdentities finds the instance GUID of each NIC (sysfs under the
+// root), refuses two entries naming one device, and records the devices in
+// the owner lock. A NIC that is not there yet is left to its supervisor.
+func (d *Daemon) resolveIdentities() error {
+	seen := map[vmbus.GUID]int{}
+	for i, r := range d.nics {
+		g, err := bind.Identify(d.cfg.Root, d.cfg.State(), r.cfg.Device)
+		if err != nil {
+			continue
+		}
+		if j, dup := seen[g]; dup {
+			return fmt.Errorf("%w: nic[%d] (%s) and nic[%d] (%s) are the same device %s", ErrConfig,
+				j, d.nics[j].cfg.Device, i, r.cfg.Device, g)
+		}
+		seen[g] = i
+		r.setInstance(g)
+	}
+	return d.recordOwned()
+}
+
+// recordOwned writes the devices the daemon drives into the owner lock,
+// so that `vmbusd bind` and `unbind` of them are refused.
+func (d *Daemon) recordOwned() error {
+	if d.lock == nil {
+		return nil
+	}
+	var devs []string
+	for _, r := range d.nics {
+		if g := r.identity(); !g.IsZero() {
+			devs = append(devs, g.String())
+		}
+	}
+	return d.lock.SetDevices(devs)
 }
 
 // New checks the configuration against the system and prepares the daemon.
@@ -123,6 +171,18 @@ func (d *Daemon) MetricsAddr() string {
 // returns an error when it cannot start (sockets, state).
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
+	// Ownership first: nothing is restored or touched by a second daemon.
+	lock, err := owner.Acquire(d.cfg.State(), owner.Info{Command: owner.CommandRun, Control: d.cfg.Control.Socket}, lockWait)
+	if err != nil {
+		return fmt.Errorf("vmbusd: %w", err)
+	}
+	defer lock.Release()
+	d.lock = lock
+	if prev := lock.Previous(); prev.Control != "" && prev.Control != d.cfg.Control.Socket {
+		if removed, _ := control.RemoveStale(prev.Control); removed {
+			log.Info("removed the control socket of a daemon that died", "path", prev.Control, "pid", prev.PID)
+		}
+	}
 	if !d.opts.NoRestore {
 		recs, err := bind.Restore(ctx, d.cfg.Root, bind.Options{StateDir: d.cfg.State(), Logger: log})
 		for _, r := range recs {
@@ -132,9 +192,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			log.Error("restoring devices from an earlier run", "err", err)
 		}
 	}
+	if err := d.resolveIdentities(); err != nil {
+		return err
+	}
 	var metricsLn net.Listener
 	if d.cfg.Metrics.Listen != "" {
-		var err error
 		if metricsLn, err = net.Listen("tcp", d.cfg.Metrics.Listen); err != nil {
 			return fmt.Errorf("metrics: listen %s: %w", d.cfg.Metrics.Listen, err)
 		}
@@ -149,6 +211,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	defer ctl.Close()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

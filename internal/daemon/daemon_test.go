@@ -87,6 +87,12 @@ func (r *rig) addNIC(t *testing.T, ifname string, inst vmbus.GUID) *sim.NIC {
 
 func (r *rig) start(t *testing.T) {
 	t.Helper()
+	r.startWith(t, r.config())
+}
+
+// config is the rig's daemon configuration: eth1 and eth2 forwarded to
+// each other.
+func (r *rig) config() config.Config {
 	tru := true
 	cfg := config.Default()
 	cfg.Root = r.root
@@ -97,6 +103,11 @@ func (r *rig) start(t *testing.T) {
 		{Device: "eth1", Queues: 2, Attach: config.AttachForward, Peer: "eth2", Bind: &tru},
 		{Device: "eth2", Queues: 2, Attach: config.AttachForward, Peer: "eth1", Bind: &tru},
 	}
+	return cfg
+}
+
+func (r *rig) startWith(t *testing.T, cfg config.Config) {
+	t.Helper()
 	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add,
 		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})
 	if err != nil {

@@ -92,6 +92,20 @@ func newNICRunner(d *Daemon, idx int, cfg config.NIC) *nicRunner {
 
 func (r *nicRunner) name() string { return r.cfg.Device }
 
+// identity returns the NIC's instance GUID, zero until it is known.
+func (r *nicRunner) identity() vmbus.GUID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.instance
+}
+
+func (r *nicRunner) setInstance(g vmbus.GUID) {
+	r.mu.Lock()
+	r.instance = g
+	r.st.Instance = g.String()
+	r.mu.Unlock()
+}
+
 func (r *nicRunner) lastBeat() time.Time { return time.Unix(0, r.beat.Load()) }
 func (r *nicRunner) heartbeat()          { r.beat.Store(time.Now().UnixNano()) }
 
@@ -246,15 +260,15 @@ func (r *nicRunner) bindOptions() bind.Options {
 func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 	root := r.d.cfg.Root
 	r.setState(stateStarting, nil)
-	if r.instance.IsZero() {
+	if r.identity().IsZero() {
 		dev, err := bind.Resolve(root, r.cfg.Device)
 		if err != nil {
 			return fmt.Errorf("resolve %s: %w", r.cfg.Device, err)
 		}
-		r.instance = dev.Instance
-		r.mu.Lock()
-		r.st.Instance = dev.Instance.String()
-		r.mu.Unlock()
+		r.setInstance(dev.Instance)
+		if err := r.d.recordOwned(); err != nil {
+			r.log.Warn("cannot record the device as owned", "err", err)
+		}
 	}
 	if r.cfg.Binds() {
 		rec, err := bind.Bind(ctx, root, r.instance.String(), r.bindOptions())
