@@ -16,11 +16,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmbusd/vmbusd/internal/connlimit"
 )
 
 // Server serves the control API.
@@ -30,7 +34,11 @@ type Server struct {
 	srv  *http.Server
 	log  *slog.Logger
 	// allowed reports whether a peer uid may use the socket.
-	allowed func(uid uint32) bool
+	allowed  func(uid uint32) bool
+	limited  *connlimit.Listener
+	refusing chan struct{} // a token per connection being refused
+	// forbidden counts connections from users who may not connect.
+	forbidden atomic.Uint64
 	// ino identifies the socket file Listen created.
 	ino        uint64
 	removeOnce sync.Once
@@ -39,9 +47,34 @@ type Server struct {
 // ErrRunning is returned when another live process owns the socket.
 var ErrRunning = errors.New("control: another vmbusd is already running on this socket")
 
+// Limits bound what clients of the control socket can hold.
+type Limits struct {
+	// MaxConnections open at once, and MaxPerUser of one peer uid
+	// (SO_PEERCRED); more are closed as they are accepted.
+	MaxConnections, MaxPerUser int
+	// IdleTimeout closes a keep-alive connection with no request.
+	IdleTimeout time.Duration
+	// RequestTimeout bounds reading a request and writing its answer; a
+	// streaming handler (capture) extends its write deadline per write.
+	RequestTimeout time.Duration
+}
+
+// DefaultLimits are Listen's.
+var DefaultLimits = Limits{MaxConnections: 32, MaxPerUser: 8, IdleTimeout: 30 * time.Second, RequestTimeout: 30 * time.Second}
+
+// maxRefusing bounds the connections being refused (403) at once; beyond
+// it a refused connection is closed without an answer.
+const maxRefusing = 16
+
 // Listen creates the socket at path (and its directory, 0755) and returns a
-// server for handler. It refuses when a live daemon answers on path.
+// server for handler with DefaultLimits. It refuses when a live daemon
+// answers on path.
 func Listen(path string, handler http.Handler, log *slog.Logger) (*Server, error) {
+	return ListenLimited(path, handler, log, DefaultLimits)
+}
+
+// ListenLimited is Listen with limits.
+func ListenLimited(path string, handler http.Handler, log *slog.Logger, lim Limits) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -53,10 +86,28 @@ func Listen(path string, handler http.Handler, log *slog.Logger) (*Server, error
 		return nil, err
 	}
 	me := uint32(os.Getuid())
-	s := &Server{path: path, log: log, allowed: func(uid uint32) bool { return uid == 0 || uid == me }}
-	s.ln = &credListener{Listener: ln, s: s}
-	s.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	s := &Server{path: path, log: log, allowed: func(uid uint32) bool { return uid == 0 || uid == me },
+		refusing: make(chan struct{}, maxRefusing)}
+	// Refused users first (answered 403, bounded), then the limits on
+	// those allowed: a flood from a user who may not connect cannot take
+	// the slots of one who may.
+	s.limited = connlimit.New(&credListener{Listener: ln, s: s}, connlimit.Config{
+		Max: lim.MaxConnections, PerClient: lim.MaxPerUser,
+		Client: func(c net.Conn) string {
+			uid, _, err := peerCred(c)
+			if err != nil {
+				return ""
+			}
+			return strconv.FormatUint(uint64(uid), 10)
+		},
+		OnRefuse: func(_ net.Conn, uid, reason string) {
+			log.Warn("control connection refused: too many connections", "uid", uid, "limit", reason)
+		},
+	})
+	s.ln = s.limited
+	s.srv = &http.Server{Handler: handler, ReadHeaderTimeout: min(5*time.Second, lim.RequestTimeout),
+		ReadTimeout: lim.RequestTimeout, WriteTimeout: lim.RequestTimeout, IdleTimeout: lim.IdleTimeout,
+		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
 		ln.Close()
@@ -65,6 +116,13 @@ func Listen(path string, handler http.Handler, log *slog.Logger) (*Server, error
 	s.ino = st.Ino
 	return s, nil
 }
+
+// Stats returns the connection counters.
+func (s *Server) Stats() connlimit.Stats { return s.limited.Stats() }
+
+// Forbidden returns how many connections were refused because their user
+// may not use the socket.
+func (s *Server) Forbidden() uint64 { return s.forbidden.Load() }
 
 // listenUnix binds path with mode 0600, replacing a stale socket.
 func listenUnix(path string) (net.Listener, error) {
@@ -179,8 +237,17 @@ func (l *credListener) Accept() (net.Conn, error) {
 		if err == nil && l.s.allowed(uid) {
 			return c, nil
 		}
-		l.s.log.Warn("control connection refused", "uid", uid, "pid", pid, "err", err)
-		go refuse(c)
+		l.s.forbidden.Add(1)
+		l.s.log.Warn("control connection refused: user not allowed", "uid", uid, "pid", pid, "err", err)
+		select {
+		case l.s.refusing <- struct{}{}:
+			go func() {
+				refuse(c)
+				<-l.s.refusing
+			}()
+		default:
+			c.Close() // too many being refused: no answer
+		}
 	}
 }
 
@@ -204,6 +271,9 @@ func refuse(c net.Conn) {
 }
 
 func peerCred(c net.Conn) (uid uint32, pid int32, err error) {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return 0, 0, errors.New("not a unix connection")

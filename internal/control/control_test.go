@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServeAndClient(t *testing.T) {
@@ -153,5 +154,55 @@ func TestRemoveStale(t *testing.T) {
 	}
 	if removed, err := RemoveStale(filepath.Join(dir, "none")); removed || err != nil {
 		t.Fatalf("missing: %v %v", removed, err)
+	}
+}
+
+// TestPerUserLimit: one user's idle connections beyond MaxPerUser are
+// closed as they arrive; a request within the limit is served.
+func TestPerUserLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })
+	s, err := ListenLimited(path, mux, nil, Limits{MaxConnections: 10, MaxPerUser: 2, IdleTimeout: time.Minute, RequestTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx)
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Stats().Active != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := NewClient(path).Get(context.Background(), "/v1/ping"); err == nil {
+		t.Fatal("a third connection of the same user was served")
+	}
+	if st := s.Stats(); st.RefusedPerClient == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	idle[0].Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		body, err := NewClient(path).Get(context.Background(), "/v1/ping")
+		if err == nil {
+			body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no slot after one closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
