@@ -93,7 +93,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.Is(err, owner.ErrBusy):
 		return exitBusy
-	case errors.Is(err, errUsage), errors.As(err, &ce), errors.Is(err, daemon.ErrConfig):
+	case errors.Is(err, errUsage), errors.As(err, &ce), errors.Is(err, daemon.ErrConfig), errors.Is(err, errInvalidConfig):
 		return exitUsage
 	}
 	return exitFailure
@@ -113,8 +113,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
+		ctx := context.Background()
+		if c.name != "run" { // run handles (and logs) its signals itself
+			var stop context.CancelFunc
+			ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+		}
 		err := c.run(ctx, args[1:], stdout)
 		code := exitCode(err)
 		if code != 0 {

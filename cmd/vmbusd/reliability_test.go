@@ -158,7 +158,7 @@ func TestCLIOwnership(t *testing.T) {
 			t.Fatalf("vmbusd %s: exit %d, stderr %q; want exit 3 with %q", strings.Join(tc.args, " "), code, errs, tc.want)
 		}
 	}
-	rx = d.waitTraffic(t, "traffic after the refusals", rx)
+	d.waitTraffic(t, "traffic after the refusals", rx)
 	st := d.status(t)
 	for _, n := range st.NICs {
 		if n.State != "up" || n.Resets != 0 || n.Rescinds != 0 {

@@ -157,6 +157,9 @@ type HvSock struct {
 	To     Addr   `toml:"to"`
 	Listen Addr   `toml:"listen"`
 	ToPort uint32 `toml:"to_port"`
+	// MaxConnections bounds the connections forwarded at once (0:
+	// DefaultForwardConns); more are closed as they are accepted.
+	MaxConnections int `toml:"max_connections"`
 }
 
 // Name is how logs, status and metrics call the forward.
@@ -177,6 +180,7 @@ const (
 	DefaultControlConns   = 32
 	DefaultConnsPerUser   = 8
 	DefaultMaxCaptures    = 4
+	DefaultForwardConns   = 256
 	DefaultRateLimit      = 10
 	DefaultRateInterval   = time.Minute
 	// MaxFileSize bounds the configuration file; a real one is a few KiB.
@@ -349,11 +353,10 @@ func decodeError(name, text string, err error) error {
 // validationError names the table entry and key it concerns, so Parse can
 // find its line.
 type validationError struct {
-	table  string // "nic", "hvsock", "log", ... ; "" for top level
-	index  int    // entry of an array of tables; -1 for a plain table
-	name   string
-	msg    string
-	atLine bool // the key's own line (false: the entry's first line when the key is absent)
+	table string // "nic", "hvsock", "log", ... ; "" for top level
+	index int    // entry of an array of tables; -1 for a plain table
+	name  string
+	msg   string
 }
 
 func (e *validationError) Error() string { return e.msg }
@@ -579,7 +582,14 @@ func (c *Config) validateNICs() error {
 func (c *Config) validateHvSock() error {
 	ports := map[uint32]int{}
 	listens := map[Addr]int{}
-	for i, h := range c.HvSock {
+	for i := range c.HvSock {
+		h := &c.HvSock[i]
+		if h.MaxConnections == 0 {
+			h.MaxConnections = DefaultForwardConns
+		}
+		if h.MaxConnections < 1 || h.MaxConnections > 1<<16 {
+			return verr("hvsock", i, "max_connections", "%d: want 1 to 65536", h.MaxConnections)
+		}
 		guestSvc := h.Port != 0 || h.To.IsValid()
 		hostSvc := h.Listen.IsValid() || h.ToPort != 0
 		switch {

@@ -35,6 +35,10 @@ type rig struct {
 	probeInterval time.Duration
 	// probeTimeout bounds each probe (0: half the interval).
 	probeTimeout time.Duration
+	// rescan is the daemon's RescanInterval (0: default).
+	rescan time.Duration
+	// noWaitReady makes startWith return without waiting for READY=1.
+	noWaitReady bool
 }
 
 type notes struct {
@@ -78,7 +82,14 @@ func newRig(t *testing.T) *rig {
 
 func (r *rig) addNIC(t *testing.T, ifname string, inst vmbus.GUID) *sim.NIC {
 	t.Helper()
-	n, err := r.h.AddNIC(sim.NICConfig{Driver: sim.DriverNetvsc, IfName: ifname, MaxQueues: 2, Instance: inst})
+	return r.addNICWith(t, sim.NICConfig{IfName: ifname, MaxQueues: 2, Instance: inst})
+}
+
+// addNICWith offers a NIC bound to hv_netvsc, as on a fresh VM.
+func (r *rig) addNICWith(t *testing.T, cfg sim.NICConfig) *sim.NIC {
+	t.Helper()
+	cfg.Driver = sim.DriverNetvsc
+	n, err := r.h.AddNIC(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +119,7 @@ func (r *rig) config() config.Config {
 
 func (r *rig) startWith(t *testing.T, cfg config.Config) {
 	t.Helper()
-	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add,
+	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add, RescanInterval: r.rescan,
 		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +133,9 @@ func (r *rig) startWith(t *testing.T, cfg config.Config) {
 		cancel()
 		<-r.done
 	})
+	if r.noWaitReady {
+		return
+	}
 	select {
 	case <-d.Ready():
 	case err := <-r.done:
@@ -157,8 +171,16 @@ func TestForwardingAndCleanStop(t *testing.T) {
 	r := newRig(t)
 	r.start(t)
 	waitFor(t, "frames forwarded eth1 -> eth2", func() bool { return forwarded(r) > 1000 })
-	if got := r.notes.list(); len(got) == 0 || got[0] != "READY=1" {
-		t.Fatalf("notifications %v, want READY=1 first", got)
+	// READY=1 comes once both NICs are up, before any watchdog ping, and
+	// the status that follows says so.
+	got := r.notes.list()
+	ready := slices.Index(got, "READY=1")
+	if ready < 0 || slices.ContainsFunc(got[:ready], func(s string) bool { return !strings.HasPrefix(s, "STATUS=") }) {
+		t.Fatalf("notifications %v, want only STATUS= before READY=1", got)
+	}
+	if i := slices.IndexFunc(got[ready:], func(s string) bool { return strings.HasPrefix(s, "STATUS=") }); i < 0 ||
+		got[ready+i] != "STATUS=2 of 2 devices up" {
+		t.Fatalf("notifications %v, want STATUS=2 of 2 devices up after READY=1", got)
 	}
 	// The daemon bound both NICs; stopping gives them back.
 	for _, dev := range r.h.Devices() {

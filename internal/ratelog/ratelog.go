@@ -97,9 +97,6 @@ func (h *Handler) WithGroup(name string) slog.Handler {
 
 // Handle implements slog.Handler.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	if h.l.cfg.Lines <= 0 {
-		return h.h.Handle(ctx, r)
-	}
 	ok, sum := h.l.admit(h.prefix+"\x00"+r.Message, h, r)
 	var err error
 	if sum != nil {
@@ -122,6 +119,9 @@ func (l *limiter) admit(key string, h *Handler, r slog.Record) (bool, *summary) 
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cfg.Lines <= 0 {
+		return true, nil
+	}
 	w := l.keys[key]
 	if w == nil {
 		if len(l.keys) >= l.cfg.MaxKeys {
@@ -167,11 +167,12 @@ func (h *Handler) Flush(ctx context.Context) {
 	now := l.cfg.Now()
 	var out []*summary
 	l.mu.Lock()
+	interval := l.cfg.Interval
 	for k, w := range l.keys {
-		if now.Sub(w.start) < l.cfg.Interval {
+		if now.Sub(w.start) < interval {
 			continue
 		}
-		if s := w.summaryLocked(now, l.cfg.Interval); s != nil {
+		if s := w.summaryLocked(now, interval); s != nil {
 			out = append(out, s)
 			w.start, w.passed, w.suppressed = now, 0, 0
 			continue
@@ -181,6 +182,17 @@ func (h *Handler) Flush(ctx context.Context) {
 	l.mu.Unlock()
 	for _, s := range out {
 		s.h.Handle(ctx, *s.rec)
+	}
+}
+
+// SetLimits changes the lines per key and the interval (a reload);
+// interval <= 0 keeps the current one.
+func (h *Handler) SetLimits(lines int, interval time.Duration) {
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	h.l.cfg.Lines = lines
+	if interval > 0 {
+		h.l.cfg.Interval = interval
 	}
 }
 
