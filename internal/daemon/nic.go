@@ -107,6 +107,10 @@ type nicRunner struct {
 	probed atomic.Int64
 	cancel context.CancelFunc
 	done   chan struct{}
+	// inUse is held for reading by each peer forwarding into the NIC, and
+	// for writing while the NIC closes: no frame goes to a closing NIC (the
+	// host would see data after its RNDIS HALT).
+	inUse sync.RWMutex
 
 	mu        sync.Mutex
 	st        NICStatus
@@ -215,6 +219,19 @@ func (r *nicRunner) current() (*netvsc.NIC, <-chan struct{}) {
 	}
 	return r.nic, r.nicChange
 }
+
+// use makes n, returned by current, safe to send into until release; it
+// reports false when n is no longer the running NIC.
+func (r *nicRunner) use(n *netvsc.NIC) bool {
+	r.inUse.RLock()
+	if cur, _ := r.current(); cur != n {
+		r.inUse.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (r *nicRunner) release() { r.inUse.RUnlock() }
 
 func (r *nicRunner) setNIC(n *netvsc.NIC) {
 	r.mu.Lock()
@@ -566,11 +583,41 @@ loop:
 		}
 	}
 	r.setState(stateStopped, failure)
-	r.setNIC(nil)
+	r.setNIC(nil) // peers stop sending into it...
 	stopData()
+	r.inUse.Lock() // ...and are waited for
+	quiesce(nic)
 	r.closeNIC(nic)
+	r.inUse.Unlock()
 	return failure
 }
+
+// quiesce lets the host complete the sends in flight on every queue,
+// draining completions (and dropping what arrives meanwhile), for up to
+// quiesceWait. Close halts RNDIS on the primary channel; a send still in
+// flight on a sub-channel would reach the host after the HALT, which the
+// host counts as a violation (Linux's rndis_filter_halt_device waits for
+// its sends the same way). Nothing may be sending into the NIC.
+func quiesce(nic *netvsc.NIC) {
+	if nic.Err() != nil {
+		return // dead: nothing will complete
+	}
+	deadline := time.Now().Add(quiesceWait)
+	pkts := make([]*netvsc.Packet, 64)
+	for _, q := range nic.Queues() {
+		for q.Channel().InFlight() > 0 && time.Now().Before(deadline) && nic.Err() == nil {
+			n := q.RxBurst(pkts)
+			for _, p := range pkts[:n] {
+				p.Free()
+			}
+			if n == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+}
+
+const quiesceWait = time.Second
 
 // closeNIC closes an incarnation and folds its counters into the base.
 func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
@@ -600,6 +647,9 @@ func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 		changed := make(<-chan struct{})
 		if pr != nil {
 			peer, changed = pr.current()
+		}
+		if peer != nil && !pr.use(peer) {
+			continue
 		}
 		if peer == nil {
 			select {
@@ -636,6 +686,7 @@ func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 		}
 		cancel()
 		wg.Wait()
+		pr.release()
 	}
 }
 
