@@ -304,7 +304,9 @@ type Client struct {
 
 // NewClient returns a client for the socket at path.
 func NewClient(path string) *Client {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	// No keep-alive: a client makes a request or two, and an idle
+	// connection would hold one of the user's few slots on the socket.
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", path)
 	}}

@@ -273,10 +273,12 @@ func (r *nicRunner) run(ctx context.Context) {
 			r.setState(stateWaiting, err)
 			r.log.Warn("device rescinded by the host; waiting for it to be offered again", "err", err)
 			r.waitOffer(ctx, ino)
+			backoff = backoffMin // a new device
 		case errors.Is(err, errNotPresent) || !r.present():
 			r.setState(stateWaiting, err)
 			r.log.Warn("device not present; waiting for it to be offered", "err", err)
 			r.waitOffer(ctx, 0)
+			backoff = backoffMin
 		default:
 			r.mu.Lock()
 			r.st.Resets++
