@@ -41,6 +41,8 @@ type rig struct {
 	rescan time.Duration
 	// noWaitReady makes startWith return without waiting for READY=1.
 	noWaitReady bool
+	// logs is the daemon's log.
+	logs *logBuffer
 }
 
 // logBuffer keeps the daemon's log for a failing test.
@@ -143,6 +145,7 @@ func (r *rig) config() config.Config {
 func (r *rig) startWith(t *testing.T, cfg config.Config) {
 	t.Helper()
 	logs := &logBuffer{}
+	r.logs = logs
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", logs.String())

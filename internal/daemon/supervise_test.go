@@ -529,3 +529,33 @@ func TestStateDirDefaultsUnderTheRoot(t *testing.T) {
 		t.Fatalf("owner lock under the root: %v", err)
 	}
 }
+
+// TestRepeatedEventsAreRateLimitedInTheLog: a client the daemon refuses
+// again and again gets at most rate_limit log lines per interval.
+func TestRepeatedEventsAreRateLimitedInTheLog(t *testing.T) {
+	r := newRig(t)
+	cfg := r.config()
+	cfg.Log.RateLimit, cfg.Log.RateInterval = 2, time.Hour
+	cfg.Metrics.MaxConnections = 1
+	r.startWith(t, cfg)
+	held, err := net.Dial("tcp", r.d.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for range 50 {
+		c, err := net.Dial("tcp", r.d.MetricsAddr())
+		if err != nil {
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		c.Read(make([]byte, 1)) // closed by the daemon
+		c.Close()
+	}
+	waitFor(t, "the refusals counted", func() bool {
+		return strings.Count(r.logs.String(), "metrics connection refused") >= 2
+	})
+	if n := strings.Count(r.logs.String(), "metrics connection refused"); n != 2 {
+		t.Fatalf("%d log lines for 50 refusals, want 2", n)
+	}
+}
