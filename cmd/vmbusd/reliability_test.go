@@ -394,3 +394,29 @@ func (w *syncWriter) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// TestCLISIGTERMWhileTheHostIsDown: the simulated host goes away under a
+// running daemon; SIGTERM still ends it cleanly and leaves no control
+// socket (it was left in 3 of 8 such stops).
+func TestCLISIGTERMWhileTheHostIsDown(t *testing.T) {
+	for i := range 3 {
+		root := shmDirT(t)
+		stopSim := startSim(t, root, "--nic", "2", "--queues", "2")
+		path := filepath.Join(root, "vmbusd.toml")
+		os.WriteFile(path, []byte(forwardConfig(root, freePort(t))), 0o644)
+		d := startRun(t, root, path)
+		waitUntil(t, "both NICs up", 60*time.Second, func() bool { return d.allUp(t, 2) })
+		stopSim()
+		waitUntil(t, "the NICs to notice", 60*time.Second, func() bool {
+			st := d.status(t)
+			return len(st.NICs) == 2 && st.NICs[0].State != "up" && st.NICs[1].State != "up"
+		})
+		code := d.stop(t, syscall.SIGTERM)
+		if _, err := os.Lstat(d.control); !os.IsNotExist(err) {
+			t.Fatalf("stop %d (exit %d): control socket left: %v", i, code, err)
+		}
+		if code != 0 {
+			t.Fatalf("stop %d: exit %d", i, code)
+		}
+	}
+}
