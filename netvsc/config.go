@@ -195,3 +195,28 @@ func CheckOf(err error) string {
 	}
 	return ""
 }
+
+// Validate reports whether Open would accept c's settings, without a
+// device: the queue count, the MTU, the buffer counts and the RSS key. It
+// is the one place these limits live; a configuration file's checker calls
+// it rather than copying them. A host may still grant less (fewer queues,
+// a smaller MTU) than a valid configuration asks for.
+func (c Config) Validate() error {
+	if c.Queues < 0 || c.Queues > MaxSubchannels {
+		return fmt.Errorf("netvsc: %d queues outside 1..%d", c.Queues, MaxSubchannels)
+	}
+	if c.Mode < Hybrid || c.Mode > Interrupt {
+		return fmt.Errorf("netvsc: unknown %v", c.Mode)
+	}
+	for _, v := range []struct {
+		what string
+		n    int
+	}{{"packet buffers", c.PoolPackets}, {"receive stage", c.RxStage}, {"in-flight requests", c.MaxInFlight},
+		{"send buffer limit", c.SendBufferLimit}} {
+		if v.n < 0 {
+			return fmt.Errorf("netvsc: %s %d is negative", v.what, v.n)
+		}
+	}
+	_, err := c.withDefaults()
+	return err
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/internal/owner"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -533,4 +534,34 @@ func TestLibRouteHelpers(t *testing.T) {
 			t.Errorf("%s = %q, want %q", snippet, got, want)
 		}
 	}
+}
+
+// TestScriptsRefuseADeviceALiveDaemonDrives: while a daemon holds the
+// state directory's owner lock and drives eth1, vmbus-bind and
+// vmbus-unbind of it exit 3 and change nothing; a device it does not drive
+// is still free.
+func TestScriptsRefuseADeviceALiveDaemonDrives(t *testing.T) {
+	s := newSystem(t)
+	r := run(t, s.env, "vmbus-bind", "eth1")
+	wantCode(t, r, 0, "vmbus-bind eth1")
+	lock, err := owner.Acquire(s.state, owner.Info{Command: owner.CommandRun, Devices: []string{dataNIC.String()}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, script := range []string{"vmbus-unbind", "vmbus-bind"} {
+		r = run(t, s.env, script, dataNIC.String())
+		if r.code != 3 || !strings.Contains(r.stderr, "busy: the vmbusd daemon (pid ") {
+			t.Fatalf("%s of a driven device: %v", script, r)
+		}
+	}
+	wantDriver(t, s.data, "uio_hv_generic", "")
+	// The daemon drives only eth1: the management NIC is refused for its
+	// own reason, not as busy.
+	r = run(t, s.env, "vmbus-bind", "eth0")
+	if r.code == 3 || strings.Contains(r.stderr, "busy") {
+		t.Fatalf("vmbus-bind of a device the daemon does not drive: %v", r)
+	}
+	lock.Release()
+	r = run(t, s.env, "vmbus-unbind", "eth1")
+	wantCode(t, r, 0, "vmbus-unbind eth1 once the daemon is gone")
 }

@@ -415,6 +415,23 @@ record_by_interface() {
 	return 1
 }
 
+# check_owner: refuse, with exit 3, to touch $DEV while a live vmbusd daemon
+# owns the state directory and drives the device: it holds the owner lock
+# (flock on STATE_DIR/vmbusd.lock) and lists the device in
+# owner.json (internal/owner). Devices the daemon does not drive are free.
+check_owner() {
+	local lock=$STATE_DIR/vmbusd.lock info=$STATE_DIR/owner.json pid
+	[[ -e $lock ]] && command -v flock >/dev/null || return 0
+	flock -n "$lock" true 2>/dev/null && return 0 # no owner
+	grep -q '"command": "run"' "$info" 2>/dev/null || return 0
+	if grep -qi "\"$DEV\"" "$info"; then
+		pid=$(sed -n 's/^ *"pid": *\([0-9]*\).*/\1/p' "$info")
+		printf '%s: busy: the vmbusd daemon (pid %s) drives device %s; stop it first, or remove the device from its configuration and reload\n' \
+			"$PROG" "$pid" "$DEV" >&2
+		exit 3
+	fi
+}
+
 # lock_state: the state directory's lock, shared with internal/bind (flock
 # on bind.lock), held until the script exits.
 lock_state() {

@@ -375,7 +375,7 @@ func TestCLIRejectsBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"run", "--config", bad}, 1, "bad.toml:3: nic[0].mode: \"turbo\""},
+		{[]string{"run", "--config", bad}, 2, "bad.toml:3: nic[0].mode: \"turbo\""},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.toml")}, 1, "no such file"},
 		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
 		{[]string{"devices", "--bogus"}, 2, "flag provided but not defined"},

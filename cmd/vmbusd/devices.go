@@ -11,8 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/control"
+	"github.com/vmbusd/vmbusd/internal/owner"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -94,7 +98,7 @@ func runUnbind(ctx context.Context, args []string, out io.Writer) error {
 func bindCommand(ctx context.Context, name string, args []string, out io.Writer) error {
 	fs := newFlagSet(name, name+" [--force] [--root DIR] DEVICE|IFACE")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
-	force := fs.Bool("force", false, "bind even the interface carrying the default route or this SSH session (you may lose the connection); unbind even a device a process holds open")
+	force := fs.Bool("force", false, "bind even the interface carrying the default route or this SSH session (you may lose the connection); unbind even a device a process holds open. Never a device a live daemon drives")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
 	mkLog := logFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -107,8 +111,13 @@ func bindCommand(ctx context.Context, name string, args []string, out io.Writer)
 	if err != nil {
 		return err
 	}
-	opts := bind.Options{Force: *force, StateDir: *state, Logger: log}
 	dev := fs.Arg(0)
+	release, err := claimDevice(*root, stateDir(*root, *state), name, dev)
+	if err != nil {
+		return err
+	}
+	defer release()
+	opts := bind.Options{Force: *force, StateDir: *state, Logger: log}
 	if name == "bind" {
 		rec, err := bind.Bind(ctx, *root, dev, opts)
 		if err != nil {
@@ -133,10 +142,49 @@ func bindCommand(ctx context.Context, name string, args []string, out io.Writer)
 	return nil
 }
 
+// stateDir is --state-dir, or ROOT/run/vmbusd.
+func stateDir(root, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return config.Config{Root: root}.State()
+}
+
+// claimDevice makes sure no live daemon drives dev before bind or unbind
+// touches it. With the state directory free it holds the owner lock until
+// release (a daemon starting meanwhile waits); while a daemon owns the
+// directory, devices it does not drive may still be bound and unbound.
+func claimDevice(root, state, command, dev string) (release func(), err error) {
+	lock, err := owner.Acquire(state, owner.Info{Command: command}, ownerWait)
+	if err == nil {
+		return func() { lock.Release() }, nil
+	}
+	var be *owner.BusyError
+	if !errors.As(err, &be) {
+		return nil, err
+	}
+	g, ierr := bind.Identify(root, state, dev)
+	if ierr != nil && be.Owner.Command == owner.CommandRun {
+		return nil, fmt.Errorf("%w; and %s does not resolve (%v), so it may be one of the daemon's devices", err, dev, ierr)
+	}
+	if be.Owner.Command != owner.CommandRun {
+		return nil, err
+	}
+	if be.Owner.Owns(g.String()) {
+		return nil, fmt.Errorf("%w: refusing to %s %s, which it drives (stop it first, or remove the device from its configuration and reload)", err, command, dev)
+	}
+	return func() {}, nil
+}
+
+// ownerWait is how long a command waits for another command (not a
+// daemon) to finish with the state directory.
+const ownerWait = 30 * time.Second
+
 func runRestore(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("restore", "restore [--root DIR] [--state-dir DIR]")
+	fs := newFlagSet("restore", "restore [--force] [--root DIR] [--state-dir DIR]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
+	force := fs.Bool("force", false, "give back even devices whose uio node a process holds open; never while the daemon that owns them lives")
 	mkLog := logFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -145,7 +193,25 @@ func runRestore(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	recs, err := bind.Restore(ctx, *root, bind.Options{StateDir: *state, Logger: log})
+	dir := stateDir(*root, *state)
+	// The owner lock: a restore while the daemon runs would tear its
+	// devices out from under it.
+	lock, err := owner.Acquire(dir, owner.Info{Command: owner.CommandRestore}, ownerWait)
+	if err != nil {
+		if errors.Is(err, owner.ErrBusy) {
+			return fmt.Errorf("%w: stop it first (systemctl stop vmbusd); --force does not override a live owner", err)
+		}
+		return err
+	}
+	defer lock.Release()
+	if prev := lock.Previous(); prev.Control != "" {
+		if removed, err := control.RemoveStale(prev.Control); removed {
+			fmt.Fprintf(out, "removed the stale control socket %s (pid %d)\n", prev.Control, prev.PID)
+		} else if err != nil {
+			log.Warn("stale control socket", "err", err)
+		}
+	}
+	recs, err := bind.Restore(ctx, *root, bind.Options{StateDir: *state, Force: *force, Logger: log})
 	for _, r := range recs {
 		fmt.Fprintf(out, "%s given back to %s\n", r.Device, orNone(r.OriginalDriver))
 	}

@@ -14,6 +14,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/internal/owner"
 )
 
 type command struct {
@@ -57,6 +61,10 @@ Every command that touches devices takes --root DIR (environment
 VMBUSD_ROOT, default "/"): the directory standing for "/", so the same
 binary runs on a real system or against a simulated host's tree.
 
+Exit codes: 0 success, 1 failure, 2 bad flags or configuration, 3 busy: the
+devices are owned by a live daemon (a second run, or restore, bind or unbind
+of a device it drives).
+
 Run 'vmbusd <command> --help' for a command's flags. Try:
   vmbusd demo
 `)
@@ -68,6 +76,28 @@ func main() {
 
 // errUsage marks an error caused by bad command-line input (exit 2).
 var errUsage = errors.New("usage")
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a runtime failure
+	exitUsage   = 2 // bad flags, or a configuration that does not validate
+	exitBusy    = 3 // the state directory (and its devices) are owned by a live daemon
+)
+
+// exitCode maps a command's error to the process's exit code.
+func exitCode(err error) int {
+	var ce *config.Error
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, owner.ErrBusy):
+		return exitBusy
+	case errors.Is(err, errUsage), errors.As(err, &ce), errors.Is(err, daemon.ErrConfig), errors.Is(err, errInvalidConfig):
+		return exitUsage
+	}
+	return exitFailure
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -83,19 +113,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		err := c.run(ctx, args[1:], stdout)
-		switch {
-		case err == nil, errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errUsage):
-			fmt.Fprintf(stderr, "vmbusd %s: %v\n", name, err)
-			return 2
-		default:
-			fmt.Fprintf(stderr, "vmbusd %s: %v\n", name, err)
-			return 1
+		ctx := context.Background()
+		if c.name != "run" { // run handles (and logs) its signals itself
+			var stop context.CancelFunc
+			ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
 		}
+		err := c.run(ctx, args[1:], stdout)
+		code := exitCode(err)
+		if code != 0 {
+			fmt.Fprintf(stderr, "vmbusd %s: %v\n", name, err)
+		}
+		return code
+
 	}
 	fmt.Fprintf(stderr, "vmbusd: unknown command %q\n\n", name)
 	usage(stderr)

@@ -77,6 +77,10 @@ func runSimDemo(ctx context.Context, out io.Writer, log *slog.Logger, s demoSett
 	cfg.Control.Socket = filepath.Join(root, "run/vmbusd/control.sock")
 	cfg.Metrics.Listen = freeAddr(*s.metrics)
 	tru := true
+	var mode config.Mode
+	if err := mode.UnmarshalText([]byte(*s.mode)); err != nil {
+		return fmt.Errorf("%w: --mode: %v", errUsage, err)
+	}
 	var traffic func(ctx context.Context, st *demoTraffic)
 	var hostPort *sim.TAP
 	var gen *sim.Generator
@@ -97,8 +101,8 @@ func runSimDemo(ctx context.Context, out io.Writer, log *slog.Logger, s demoSett
 		if err := n.Attach(hostPort); err != nil {
 			return err
 		}
-		cfg.NICs = []config.NIC{{Device: "eth1", Queues: *s.queues, Mode: *s.mode, Attach: "tap", TAP: "vmbus0",
-			NetNS: demoGuestNS, Address: demoGuestIP + "/24", Bind: &tru}}
+		cfg.NICs = []config.NIC{{Device: "eth1", Queues: *s.queues, Mode: mode, Attach: config.AttachTAP, TAP: "vmbus0",
+			NetNS: demoGuestNS, Address: netip.MustParsePrefix(demoGuestIP + "/24"), Bind: &tru}}
 		traffic = tcpTraffic
 	} else {
 		gen = sim.NewGenerator(sim.GeneratorConfig{Flows: 16, Sizes: []int{64, 1514}, Rate: 50000})
@@ -114,8 +118,8 @@ func runSimDemo(ctx context.Context, out io.Writer, log *slog.Logger, s demoSett
 		a.Attach(gen)
 		b.Attach(sink)
 		cfg.NICs = []config.NIC{
-			{Device: "eth1", Queues: *s.queues, Mode: *s.mode, Attach: "forward", Peer: "eth2", Bind: &tru},
-			{Device: "eth2", Queues: *s.queues, Mode: *s.mode, Attach: "forward", Peer: "eth1", Bind: &tru},
+			{Device: "eth1", Queues: *s.queues, Mode: mode, Attach: config.AttachForward, Peer: "eth2", Bind: &tru},
+			{Device: "eth2", Queues: *s.queues, Mode: mode, Attach: config.AttachForward, Peer: "eth1", Bind: &tru},
 		}
 	}
 
@@ -132,7 +136,7 @@ func runSimDemo(ctx context.Context, out io.Writer, log *slog.Logger, s demoSett
 	}
 	defer echoLn.Close()
 	go serveEcho(echoLn)
-	cfg.HvSock = []config.HvSock{{Port: demoHvPort, To: "unix:" + echoPath}}
+	cfg.HvSock = []config.HvSock{{Port: demoHvPort, To: config.Addr{Network: "unix", Address: echoPath}}}
 
 	d, err := daemon.New(daemon.Options{Config: cfg, Logger: log.With("side", "vmbusd")})
 	if err != nil {

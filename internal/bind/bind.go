@@ -231,20 +231,44 @@ func unbindFrom(ctx context.Context, root string, dev vmbus.Device, opts Options
 
 // bindTo asks drv to take the unbound device (drivers/<drv>/bind, with
 // drivers_probe as fallback when the kernel refuses the write) and waits
-// until it has.
+// until it has. A freshly offered device can be claimed by its default
+// driver's own probe while this runs (the probe started before the
+// override was written): such a driver is unbound again and drv asked
+// once more, every retryBind.
 func bindTo(ctx context.Context, root string, dev vmbus.Device, drv string, opts Options) error {
 	id := dev.Instance.String()
-	if err := writeAttr(filepath.Join(root, driversDir, drv, "bind"), id); err != nil {
-		opts.Logger.Debug("bind: bind write refused, probing", "device", id, "driver", drv, "err", err)
-		if err := writeAttr(filepath.Join(root, busDir, "drivers_probe"), id); err != nil {
-			return fmt.Errorf("%s/bind and drivers_probe refused: %w", drv, err)
+	ask := func() error {
+		if err := writeAttr(filepath.Join(root, driversDir, drv, "bind"), id); err != nil {
+			opts.Logger.Debug("bind: bind write refused, probing", "device", id, "driver", drv, "err", err)
+			if err := writeAttr(filepath.Join(root, busDir, "drivers_probe"), id); err != nil {
+				return fmt.Errorf("%s/bind and drivers_probe refused: %w", drv, err)
+			}
 		}
+		return nil
 	}
+	if err := ask(); err != nil {
+		return err
+	}
+	last := time.Now()
 	return waitFor(ctx, opts.Timeout, drv+" to claim it", func() (bool, error) {
 		d, err := driverOf(dev.Path)
-		return d == drv, err
+		if err != nil || d == drv {
+			return d == drv, err
+		}
+		if time.Since(last) >= retryBind {
+			last = time.Now()
+			if d != "" {
+				opts.Logger.Info("bind: another driver took the device meanwhile; taking it back", "device", id, "driver", d)
+				writeAttr(filepath.Join(root, driversDir, d, "unbind"), id)
+			}
+			ask()
+		}
+		return false, nil
 	})
 }
+
+// retryBind is how long bindTo waits for the driver before asking again.
+const retryBind = 200 * time.Millisecond
 
 // giveBack returns the device to the state of rec: unbound from whatever
 // has it (unless that is the original driver), the override as it was,
@@ -470,4 +494,19 @@ func managementReason(root, ifname string, getenv func(string) string) (string, 
 		}
 	}
 	return strings.Join(why, "; "), nil
+}
+
+// Identify returns the instance GUID of a device named by GUID, by
+// interface name, or by the interface name its record kept (a NIC bound to
+// uio_hv_generic has no netdev). It reads sysfs and the records only.
+func Identify(root, stateDir, nameOrGUID string) (vmbus.GUID, error) {
+	root, opts := Options{StateDir: stateDir}.fill(root)
+	dev, err := Resolve(root, nameOrGUID)
+	if err == nil {
+		return dev.Instance, nil
+	}
+	if rec, ok := recordByInterface(opts.StateDir, nameOrGUID); ok {
+		return rec.Device, nil
+	}
+	return vmbus.GUID{}, err
 }

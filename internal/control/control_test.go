@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServeAndClient(t *testing.T) {
@@ -93,5 +94,115 @@ func TestClientWithoutDaemon(t *testing.T) {
 	_, err := NewClient(filepath.Join(t.TempDir(), "none.sock")).Get(context.Background(), "/v1/stats")
 	if err == nil || !strings.Contains(err.Error(), "no vmbusd running") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestSocketGoneWhenServeReturns: a daemon that exits right after Serve
+// returns leaves no socket, even when it is stopped before it served
+// anything.
+func TestSocketGoneWhenServeReturns(t *testing.T) {
+	for i := range 20 {
+		path := filepath.Join(t.TempDir(), "control.sock")
+		s, err := Listen(path, http.NewServeMux(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.Serve(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("run %d: socket left after Serve returned: %v", i, err)
+		}
+	}
+}
+
+func TestCloseLeavesASocketSomeoneElseCreated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	s, err := Listen(path, http.NewServeMux(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another daemon replaced the file (after deciding ours was stale).
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("Close removed a socket it did not create: %v", err)
+	}
+}
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	ln, _ := net.Listen("unix", stale)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if removed, err := RemoveStale(stale); !removed || err != nil {
+		t.Fatalf("stale socket: removed %v, %v", removed, err)
+	}
+	live := filepath.Join(dir, "live.sock")
+	ln, _ = net.Listen("unix", live)
+	defer ln.Close()
+	if _, err := RemoveStale(live); !errors.Is(err, ErrRunning) {
+		t.Fatalf("live socket: %v, want ErrRunning", err)
+	}
+	if removed, err := RemoveStale(filepath.Join(dir, "none")); removed || err != nil {
+		t.Fatalf("missing: %v %v", removed, err)
+	}
+}
+
+// TestPerUserLimit: one user's idle connections beyond MaxPerUser are
+// closed as they arrive; a request within the limit is served.
+func TestPerUserLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.sock")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })
+	s, err := ListenLimited(path, mux, nil, Limits{MaxConnections: 10, MaxPerUser: 2, IdleTimeout: time.Minute, RequestTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx)
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Stats().Active != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := NewClient(path).Get(context.Background(), "/v1/ping"); err == nil {
+		t.Fatal("a third connection of the same user was served")
+	}
+	if st := s.Stats(); st.RefusedPerClient == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	idle[0].Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		body, err := NewClient(path).Get(context.Background(), "/v1/ping")
+		if err == nil {
+			body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no slot after one closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -24,10 +24,11 @@ type Status struct {
 
 // ForwardState is one hv_sock forward in Status.
 type ForwardState struct {
-	Name   string          `json:"name"`
-	Totals forward.Totals  `json:"totals"`
-	Active []forward.Stats `json:"active"`
-	Closed []forward.Stats `json:"recently_closed,omitempty"`
+	Name      string          `json:"name"`
+	Listening bool            `json:"listening"`
+	Totals    forward.Totals  `json:"totals"`
+	Active    []forward.Stats `json:"active"`
+	Closed    []forward.Stats `json:"recently_closed,omitempty"`
 }
 
 // Stats is what `vmbusd stats` shows: per NIC and queue.
@@ -47,12 +48,14 @@ type NICStats struct {
 
 // Status reports the daemon, its NICs and forwards.
 func (d *Daemon) Status() Status {
-	s := Status{PID: pidSelf(), Started: d.start, Root: d.cfg.Root, Metrics: d.MetricsAddr()}
-	for _, r := range d.nics {
+	s := Status{PID: pidSelf(), Started: d.start, Root: d.root(), Metrics: d.MetricsAddr()}
+	nics, fwds := d.runners()
+	for _, r := range nics {
 		s.NICs = append(s.NICs, r.status())
 	}
-	for _, f := range d.fwds {
-		s.HvSock = append(s.HvSock, ForwardState{Name: f.name, Totals: f.fwd.Totals(), Active: f.fwd.Active(), Closed: f.fwd.Closed()})
+	for _, f := range fwds {
+		s.HvSock = append(s.HvSock, ForwardState{Name: f.name, Listening: f.listening.Load(), Totals: f.fwd.Totals(),
+			Active: f.fwd.Active(), Closed: f.fwd.Closed()})
 	}
 	return s
 }
@@ -60,7 +63,8 @@ func (d *Daemon) Status() Status {
 // Stats reports every NIC's counters, per queue.
 func (d *Daemon) Stats() Stats {
 	var s Stats
-	for _, r := range d.nics {
+	nics, _ := d.runners()
+	for _, r := range nics {
 		qs, viol, irq := r.stats()
 		st := netvsc.Stats{Queues: qs, Violations: viol, Interrupts: irq}
 		s.NICs = append(s.NICs, NICStats{Name: r.name(), State: r.status().State, Interrupts: irq,
@@ -87,7 +91,8 @@ func writeJSON(w http.ResponseWriter, v any) {
 // findNIC accepts the configured device name, the instance GUID, the TAP
 // name or the index.
 func (d *Daemon) findNIC(name string) *nicRunner {
-	for i, r := range d.nics {
+	nics, _ := d.runners()
+	for i, r := range nics {
 		st := r.status()
 		if name == r.cfg.Device || name == st.Instance || (r.cfg.TAP != "" && name == r.cfg.TAP) || name == strconv.Itoa(i) {
 			return r
@@ -121,10 +126,30 @@ func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 			*p.v = n
 		}
 	}
+	limit := d.config().Control.MaxCaptures
+	if n := d.captures.Add(1); n > int64(limit) {
+		d.captures.Add(-1)
+		d.capturesRefused.Add(1)
+		http.Error(w, fmt.Sprintf("%d captures are running, the most [control] max_captures allows; try again when one ends", limit),
+			http.StatusServiceUnavailable)
+		return
+	}
+	defer d.captures.Add(-1)
 	sub := r.cap.add(queue, snaplen)
 	defer r.cap.remove(sub)
 	w.Header().Set("Content-Type", "application/x-pcapng")
-	flusher, _ := w.(http.Flusher)
+	// A capture streams for as long as the client reads: the server's
+	// write timeout is replaced by one per write, so a client that stops
+	// reading ends its capture (and frees its buffers) instead of holding
+	// them for ever.
+	rc := http.NewResponseController(w)
+	timeout := d.config().Control.RequestTimeout
+	extend := func() { rc.SetWriteDeadline(time.Now().Add(timeout)) }
+	extend()
+	flush := func() bool {
+		extend()
+		return rc.Flush() == nil
+	}
 	pw, err := pcapng.NewWriter(w, "vmbusd")
 	if err != nil {
 		return
@@ -134,8 +159,8 @@ func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return
 	}
-	if flusher != nil {
-		flusher.Flush()
+	if !flush() {
+		return
 	}
 	d.log.Info("capture started", "nic", r.name(), "queue", queue, "snaplen", snaplen)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -149,23 +174,25 @@ func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 		case <-req.Context().Done():
 			return
 		case f := <-sub.frames:
+			sub.queued.Add(-int64(len(f.data)))
 			dir := pcapng.DirOut
 			if f.in {
 				dir = pcapng.DirIn
 			}
+			extend()
 			if err := pw.WritePacket(iface, f.at, dir, f.queue, f.data, f.orig); err != nil {
 				return
 			}
 			written++
 			pending = true
 		case <-tick.C:
-			if pending && flusher != nil {
-				flusher.Flush()
+			if pending {
+				if !flush() {
+					return
+				}
 				pending = false
 			}
 		}
 	}
-	if flusher != nil {
-		flusher.Flush()
-	}
+	flush()
 }

@@ -31,9 +31,16 @@ type captureSub struct {
 	snaplen int
 	frames  chan capturedFrame
 	dropped atomic.Uint64
+	queued  atomic.Int64 // bytes of frame data in frames
 }
 
-const captureQueueLen = 4096
+// A capture's queue: at most captureQueueLen frames and captureQueueBytes
+// of their data, whichever comes first (a capture of jumbo frames whose
+// client reads slowly holds 4 MiB, not 4096 × 9 KiB).
+const (
+	captureQueueLen   = 1024
+	captureQueueBytes = 4 << 20
+)
 
 func (h *captureHub) add(queue, snaplen int) *captureSub {
 	s := &captureSub{queue: queue, snaplen: snaplen, frames: make(chan capturedFrame, captureQueueLen)}
@@ -84,9 +91,14 @@ func (r *nicRunner) observer(nic *netvsc.NIC) func(toTAP bool, queue int, pkts [
 				if s.snaplen > 0 && n > s.snaplen {
 					n = s.snaplen
 				}
+				if s.queued.Load()+int64(n) > captureQueueBytes {
+					s.dropped.Add(1)
+					continue
+				}
 				f := capturedFrame{at: now, in: in, queue: q, data: append([]byte(nil), data[:n]...), orig: len(data)}
 				select {
 				case s.frames <- f:
+					s.queued.Add(int64(n))
 				default:
 					s.dropped.Add(1)
 				}

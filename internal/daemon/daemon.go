@@ -3,15 +3,20 @@
 // another NIC; hv_sock forwards), serves metrics and health, answers the
 // control socket and tells systemd how it is doing.
 //
-//	start:  restore devices a crashed run left bound
-//	        -> listen (metrics, control) -> start every NIC and forward
-//	        -> READY=1 once each NIC made its first attempt
-//	run:    each NIC is supervised: a host protocol violation resets it
-//	        (close, reopen with backoff); a rescind releases it and it is
-//	        picked up again when re-offered; WATCHDOG=1 while every
-//	        supervisor is alive
+//	start:  take the state directory's owner lock (a second daemon stops
+//	        here) -> restore devices a crashed run left bound -> resolve
+//	        each NIC's identity -> listen (metrics, control) -> start a
+//	        supervisor per NIC and per forward
+//	run:    the supervisor loop: READY=1 once every device is up (or one,
+//	        with ready = "any"), STATUS= whenever that changes, WATCHDOG=1
+//	        while every NIC supervisor is alive. A NIC's supervisor resets
+//	        it after a host fault (backoff), waits for the re-offer after a
+//	        rescind, and leaves it failed after a configuration error.
+//	        Reload (SIGHUP) applies an edited file: NICs and forwards are
+//	        added, removed or restarted; the unchanged ones are not touched
 //	stop:   STOPPING=1 -> stop forwards and data paths, close channels,
-//	        give back the devices vmbusd bound -> exit 0
+//	        give back the devices vmbusd bound, remove the control socket,
+//	        release the lock -> exit 0
 package daemon
 
 import (
@@ -21,24 +26,34 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netns"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/connlimit"
 	"github.com/vmbusd/vmbusd/internal/control"
+	"github.com/vmbusd/vmbusd/internal/owner"
+	"github.com/vmbusd/vmbusd/internal/ratelog"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Options configure a Daemon beyond its file.
 type Options struct {
 	Config config.Config
 	Logger *slog.Logger
+	// LogLevel, when set, is the level of Logger's handler; a reload sets
+	// it to the file's [log] level.
+	LogLevel *slog.LevelVar
 	// GPAPool, when set, is used by every NIC for frames larger than a send
-	// section (the simulated guest memory in demos).
+	// section, instead of the pools [gpa] would set up.
 	GPAPool *netvsc.GPAPool
 	// Notify sends a systemd notification; nil uses sd_notify (a no-op
 	// without NOTIFY_SOCKET).
@@ -48,58 +63,91 @@ type Options struct {
 	// ProbeInterval and ProbeTimeout tune the liveness probe of each NIC
 	// (a control request the host must answer); 0 means the defaults.
 	ProbeInterval, ProbeTimeout time.Duration
+	// RescanInterval is how often a NIC waiting for its device looks at
+	// sysfs without an event telling it to (0: DefaultRescanInterval).
+	RescanInterval time.Duration
 }
+
+// DefaultRescanInterval: device waits are event-driven (inotify, uevents);
+// this rescan only covers a system where neither reaches the daemon.
+const DefaultRescanInterval = time.Second
 
 // Daemon is one run of the service. Create it with New; Run it once.
 type Daemon struct {
-	cfg    config.Config
-	log    *slog.Logger
 	opts   Options
+	log    *slog.Logger
+	limit  *ratelog.Handler
 	reg    *prometheus.Registry
-	nics   []*nicRunner
-	fwds   []*fwdRunner
 	start  time.Time
 	notify func(string)
 
-	probeInterval, probeTimeout time.Duration
+	probeInterval, probeTimeout, rescan time.Duration
 
-	mu        sync.Mutex
-	metricsAt string // the metrics listener's address, once listening
-	ready     chan struct{}
+	lock  *owner.Lock
+	watch *devWatch
+	gpa   *gpaSource
+
+	reloads chan reloadReq
+	kick    chan struct{} // a device's state changed: re-evaluate readiness
+	running chan struct{} // closed once the supervisors started
+	stopped chan struct{} // closed when Run starts stopping
+
+	metricsLn *connlimit.Listener
+	ctl       *control.Server
+
+	captures        atomic.Int64
+	capturesRefused atomic.Uint64
+
+	mu           sync.Mutex
+	cfg          config.Config
+	nics         []*nicRunner
+	fwds         []*fwdRunner
+	peersChanged chan struct{} // closed and replaced when the set of NICs changes
+	metricsAt    string        // the metrics listener's address, once listening
+	ready        chan struct{}
+	readySent    bool
+	runCtx       context.Context // parent of the supervisors
 }
 
-// New checks the configuration against the system and prepares the daemon.
+// lockWait is how long a starting daemon waits for a `vmbusd bind`,
+// `unbind` or `restore` to finish with the state directory (a live daemon
+// is not waited for).
+const lockWait = 30 * time.Second
+
+// ErrConfig marks a configuration the running system shows to be wrong
+// (the same device named twice); `vmbusd run` exits 2 on it.
+var ErrConfig = errors.New("configuration error")
+
+// New prepares the daemon.
 func New(opts Options) (*Daemon, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	base := opts.Logger
+	if base == nil {
+		base = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{cfg: opts.Config, log: log, opts: opts, start: time.Now(), ready: make(chan struct{})}
+	cfg := opts.Config
+	limit := ratelog.New(base.Handler(), ratelog.Config{Lines: cfg.Log.RateLimit, Interval: cfg.Log.RateInterval})
+	d := &Daemon{opts: opts, cfg: cfg, log: slog.New(limit), limit: limit, start: time.Now(),
+		ready: make(chan struct{}), reloads: make(chan reloadReq), kick: make(chan struct{}, 1),
+		running: make(chan struct{}), stopped: make(chan struct{}), peersChanged: make(chan struct{})}
 	d.notify = opts.Notify
-	d.probeInterval, d.probeTimeout = opts.ProbeInterval, opts.ProbeTimeout
+	d.probeInterval, d.probeTimeout, d.rescan = opts.ProbeInterval, opts.ProbeTimeout, opts.RescanInterval
 	if d.probeInterval <= 0 {
 		d.probeInterval = DefaultProbeInterval
 	}
 	if d.probeTimeout <= 0 {
 		d.probeTimeout = DefaultProbeTimeout
 	}
+	if d.rescan <= 0 {
+		d.rescan = DefaultRescanInterval
+	}
 	if d.notify == nil {
 		d.notify = func(state string) { sddaemon.SdNotify(false, state) }
 	}
-	for i := range d.cfg.NICs {
-		d.nics = append(d.nics, newNICRunner(d, i, d.cfg.NICs[i]))
+	for _, n := range cfg.NICs {
+		d.nics = append(d.nics, newNICRunner(d, n))
 	}
-	for _, r := range d.nics {
-		if p := r.cfg.Peer; p != "" {
-			for _, o := range d.nics {
-				if o.cfg.Device == p {
-					r.peer = o
-				}
-			}
-		}
-	}
-	for i, h := range d.cfg.HvSock {
-		d.fwds = append(d.fwds, newFwdRunner(d, i, h))
+	for _, h := range cfg.HvSock {
+		d.fwds = append(d.fwds, newFwdRunner(d, h))
 	}
 	d.reg = newRegistry(d)
 	return d, nil
@@ -108,7 +156,8 @@ func New(opts Options) (*Daemon, error) {
 // Registry returns the daemon's Prometheus registry.
 func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
 
-// Ready is closed when every NIC has made its first bring-up attempt.
+// Ready is closed when READY=1 is sent: every device is up (or, with ready
+// = "any", one is).
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // MetricsAddr returns where metrics are served ("" when disabled or not yet
@@ -119,12 +168,67 @@ func (d *Daemon) MetricsAddr() string {
 	return d.metricsAt
 }
 
+func (d *Daemon) config() config.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+func (d *Daemon) root() string     { return d.config().Root }
+func (d *Daemon) stateDir() string { return d.config().State() }
+
+// runners returns the current NIC and forward supervisors.
+func (d *Daemon) runners() ([]*nicRunner, []*fwdRunner) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*nicRunner(nil), d.nics...), append([]*fwdRunner(nil), d.fwds...)
+}
+
+// peer returns the NIC configured as device (nil when there is none now)
+// and a channel closed when the set of NICs changes.
+func (d *Daemon) peer(device string) (*nicRunner, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.nics {
+		if r.cfg.Device == device {
+			return r, d.peersChanged
+		}
+	}
+	return nil, d.peersChanged
+}
+
+// kickNow asks the supervisor loop to re-evaluate readiness.
+func (d *Daemon) kickNow() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Run serves until ctx ends, then shuts down cleanly and returns nil, or
-// returns an error when it cannot start (sockets, state).
+// returns an error when it cannot start: the state directory is owned by
+// another live daemon (errors.Is owner.ErrBusy), the configuration names a
+// device twice (ErrConfig), a socket cannot be had.
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
+	cfg := d.config()
+	// Ownership first: a second daemon restores and touches nothing.
+	lock, err := owner.Acquire(cfg.State(), owner.Info{Command: owner.CommandRun, Control: cfg.Control.Socket}, lockWait)
+	if err != nil {
+		return fmt.Errorf("vmbusd: %w", err)
+	}
+	defer lock.Release()
+	d.lock = lock
+	if prev := lock.Previous(); prev.Control != "" && prev.Control != cfg.Control.Socket {
+		if removed, _ := control.RemoveStale(prev.Control); removed {
+			log.Info("removed the control socket of a daemon that died", "path", prev.Control, "pid", prev.PID)
+		}
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration: " + w)
+	}
 	if !d.opts.NoRestore {
-		recs, err := bind.Restore(ctx, d.cfg.Root, bind.Options{StateDir: d.cfg.StateDir, Logger: log})
+		recs, err := bind.Restore(ctx, cfg.Root, bind.Options{StateDir: cfg.State(), Logger: log})
 		for _, r := range recs {
 			log.Warn("gave back a device left bound by an earlier run", "device", r.Device.String(), "driver", r.OriginalDriver)
 		}
@@ -132,24 +236,37 @@ func (d *Daemon) Run(ctx context.Context) error {
 			log.Error("restoring devices from an earlier run", "err", err)
 		}
 	}
-	var metricsLn net.Listener
-	if d.cfg.Metrics.Listen != "" {
-		var err error
-		if metricsLn, err = net.Listen("tcp", d.cfg.Metrics.Listen); err != nil {
-			return fmt.Errorf("metrics: listen %s: %w", d.cfg.Metrics.Listen, err)
-		}
-		d.mu.Lock()
-		d.metricsAt = metricsLn.Addr().String()
-		d.mu.Unlock()
-	}
-	ctl, err := control.Listen(d.cfg.Control.Socket, d.controlHandler(), log)
-	if err != nil {
-		if metricsLn != nil {
-			metricsLn.Close()
-		}
+	if err := d.resolveIdentities(); err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
+	d.gpa = newGPASource(cfg, d.opts.GPAPool, log)
+	d.watch = newDevWatch(cfg.Root, log)
+	defer d.watch.close()
+
+	if cfg.Metrics.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			return fmt.Errorf("metrics: listen %s: %w", cfg.Metrics.Listen, err)
+		}
+		d.metricsLn = connlimit.New(ln, connlimit.Config{Max: cfg.Metrics.MaxConnections,
+			OnRefuse: func(c net.Conn, _, reason string) {
+				log.Warn("metrics connection refused: too many connections", "limit", cfg.Metrics.MaxConnections, "from", c.RemoteAddr().String())
+			}})
+		defer d.metricsLn.Close()
+		d.mu.Lock()
+		d.metricsAt = ln.Addr().String()
+		d.mu.Unlock()
+	}
+	ctl, err := control.ListenLimited(cfg.Control.Socket, d.controlHandler(), log, control.Limits{
+		MaxConnections: cfg.Control.MaxConnections, MaxPerUser: cfg.Control.MaxConnectionsPerUser,
+		IdleTimeout: cfg.Control.IdleTimeout, RequestTimeout: cfg.Control.RequestTimeout})
+	if err != nil {
+		return err
+	}
+	d.ctl = ctl
+	defer ctl.Close()
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
 	serve := func(name string, fn func() error) {
@@ -162,76 +279,139 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}()
 	}
 	var msrv *http.Server
-	if metricsLn != nil {
-		msrv = &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		serve("metrics", func() error { return msrv.Serve(metricsLn) })
+	if d.metricsLn != nil {
+		msrv = d.metricsServer(cfg.Metrics)
+		serve("metrics", func() error { return msrv.Serve(d.metricsLn) })
 		log.Info("serving metrics", "addr", "http://"+d.MetricsAddr()+"/metrics")
 	}
 	serve("control socket", func() error { return ctl.Serve(runCtx) })
 	log.Info("control socket ready", "path", ctl.Path())
 
-	first := make(chan struct{}, len(d.nics))
+	d.mu.Lock()
+	d.runCtx = runCtx
 	for _, r := range d.nics {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.run(runCtx, first)
-		}()
+		r.start(runCtx)
 	}
 	for _, f := range d.fwds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.run(runCtx)
-		}()
+		f.start(runCtx)
 	}
-	for range d.nics {
-		select {
-		case <-first:
-		case <-ctx.Done():
-		}
-	}
-	close(d.ready)
-	d.notify(sddaemon.SdNotifyReady)
-	log.Info("vmbusd ready", "nics", len(d.nics), "hvsock_forwards", len(d.fwds))
+	d.mu.Unlock()
+	close(d.running)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.runReloads(runCtx)
+	}()
 
-	d.watchdog(runCtx)
+	d.supervise(ctx)
 
+	close(d.stopped)
 	d.notify(sddaemon.SdNotifyStopping)
 	log.Info("vmbusd stopping")
+	nics, fwds := d.runners()
+	var stops sync.WaitGroup
+	for _, f := range fwds {
+		stops.Go(f.stop)
+	}
+	for _, r := range nics {
+		stops.Go(r.stop)
+	}
+	stops.Wait()
 	cancel()
 	if msrv != nil {
 		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
-		msrv.Shutdown(sctx)
+		if msrv.Shutdown(sctx) != nil {
+			msrv.Close()
+		}
 		c()
 	}
 	wg.Wait()
+	d.limit.Flush(context.Background())
 	log.Info("vmbusd stopped")
 	return nil
 }
 
-// watchdog pings systemd while every NIC supervisor is alive, until ctx
-// ends. Without WATCHDOG_USEC it only waits.
-func (d *Daemon) watchdog(ctx context.Context) {
+// supervise is the daemon's own loop, until ctx ends: readiness and
+// STATUS= as devices come and go, the rate-limited log's summaries, and
+// the watchdog, which is fed from here only, and only while every NIC's
+// supervisor reports in (a hung loop or a hung supervisor stops the pings,
+// and systemd restarts the daemon).
+func (d *Daemon) supervise(ctx context.Context) {
+	var wd <-chan time.Time
 	interval, err := sddaemon.SdWatchdogEnabled(false)
-	if err != nil || interval == 0 {
-		<-ctx.Done()
-		return
+	if err == nil && interval > 0 {
+		t := time.NewTicker(interval / 3)
+		defer t.Stop()
+		wd = t.C
 	}
-	t := time.NewTicker(interval / 3)
-	defer t.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := ""
+	d.evaluate(&last)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-d.kick:
+			d.evaluate(&last)
+		case <-tick.C:
+			d.evaluate(&last)
+			d.limit.Flush(ctx)
+		case <-wd:
 			if stuck := d.stuck(interval); stuck != "" {
 				d.log.Error("data path not responding; withholding the watchdog ping", "nic", stuck)
 				continue
 			}
 			d.notify(sddaemon.SdNotifyWatchdog)
 		}
+	}
+}
+
+// evaluate sends READY=1 once the ready policy is met, and STATUS= when
+// the summary of the devices changed since last.
+func (d *Daemon) evaluate(last *string) {
+	nics, fwds := d.runners()
+	policy := d.config().Ready
+	total, up := len(nics)+len(fwds), 0
+	var down []string
+	for _, r := range nics {
+		st := r.status()
+		if st.State == stateUp {
+			up++
+			continue
+		}
+		s := st.Name + ": " + st.State
+		if st.State == stateFailed && st.Error != "" {
+			s += " (" + st.Error + ")"
+		}
+		down = append(down, s)
+	}
+	for _, f := range fwds {
+		if f.listening.Load() {
+			up++
+		} else {
+			down = append(down, f.name+": not listening")
+		}
+	}
+	status := fmt.Sprintf("%d of %d devices up", up, total)
+	if len(down) > 0 {
+		status += "; not up: " + strings.Join(down, "; ")
+	}
+	met := up == total || (policy == config.ReadyAny && up > 0)
+	d.mu.Lock()
+	sendReady := met && !d.readySent
+	if sendReady {
+		d.readySent = true
+		close(d.ready)
+	}
+	d.mu.Unlock()
+	if sendReady {
+		d.notify(sddaemon.SdNotifyReady)
+		d.log.Info("vmbusd ready", "up", up, "devices", total, "policy", policy.String(), "not_up", strings.Join(down, "; "))
+	}
+	if status != *last {
+		d.notify("STATUS=" + status)
+		*last = status
 	}
 }
 
@@ -242,7 +422,8 @@ func (d *Daemon) watchdog(ctx context.Context) {
 func (d *Daemon) stuck(limit time.Duration) string {
 	now := time.Now()
 	probeLimit := d.probeInterval*(probeLimit+2) + d.probeTimeout
-	for _, r := range d.nics {
+	nics, _ := d.runners()
+	for _, r := range nics {
 		if now.Sub(r.lastBeat()) > limit {
 			return r.name()
 		}
@@ -255,13 +436,92 @@ func (d *Daemon) stuck(limit time.Duration) string {
 	return ""
 }
 
-// notReady lists the NICs that are not carrying traffic.
+// notReady lists the devices that are not carrying traffic.
 func (d *Daemon) notReady() []string {
 	var out []string
-	for _, r := range d.nics {
+	nics, fwds := d.runners()
+	for _, r := range nics {
 		if st := r.status(); st.State != stateUp {
-			out = append(out, fmt.Sprintf("%s: %s", r.name(), st.State))
+			s := fmt.Sprintf("%s: %s", r.name(), st.State)
+			if st.State == stateFailed {
+				s += ": " + st.Error
+			}
+			out = append(out, s)
+		}
+	}
+	for _, f := range fwds {
+		if !f.listening.Load() {
+			out = append(out, f.name+": not listening")
 		}
 	}
 	return out
+}
+
+// resolveIdentities finds the instance GUID of each NIC (sysfs under the
+// root), refuses two entries naming one device, and records the devices in
+// the owner lock. A NIC that is not there yet is left to its supervisor.
+func (d *Daemon) resolveIdentities() error {
+	cfg := d.config()
+	nics, _ := d.runners()
+	ids, err := identities(cfg, cfg.NICs, func(device string) vmbus.GUID { return vmbus.GUID{} })
+	if err != nil {
+		return err
+	}
+	for i, r := range nics {
+		if !ids[i].IsZero() {
+			r.setInstance(ids[i])
+		}
+	}
+	return d.recordOwned()
+}
+
+// identities resolves the instance GUID of each NIC entry: known(device)
+// when it is not zero (a running NIC, whose interface is gone while
+// uio_hv_generic has it), else sysfs or the binding records. Two entries
+// with one identity are an ErrConfig.
+func identities(cfg config.Config, nics []config.NIC, known func(device string) vmbus.GUID) ([]vmbus.GUID, error) {
+	out := make([]vmbus.GUID, len(nics))
+	seen := map[vmbus.GUID]int{}
+	for i, n := range nics {
+		g := known(n.Device)
+		if g.IsZero() {
+			g, _ = bind.Identify(cfg.Root, cfg.State(), n.Device)
+		}
+		if g.IsZero() {
+			continue
+		}
+		if j, dup := seen[g]; dup {
+			return nil, fmt.Errorf("%w: nic[%d] (%s) and nic[%d] (%s) are the same device %s", ErrConfig,
+				j, nics[j].Device, i, n.Device, g)
+		}
+		seen[g] = i
+		out[i] = g
+	}
+	return out, nil
+}
+
+// recordOwned writes the devices the daemon drives into the owner lock,
+// so that `vmbusd bind` and `unbind` of them are refused.
+func (d *Daemon) recordOwned() error {
+	if d.lock == nil {
+		return nil
+	}
+	nics, _ := d.runners()
+	var devs []string
+	for _, r := range nics {
+		if g := r.identity(); !g.IsZero() {
+			devs = append(devs, g.String())
+		}
+	}
+	return d.lock.SetDevices(devs)
+}
+
+// checkNetns fails when the named network namespace does not exist.
+func checkNetns(name string) error {
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("network namespace %q does not exist (create it with `ip netns add %s`): %w", name, name, err)
+	}
+	h.Close()
+	return nil
 }

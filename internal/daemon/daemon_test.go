@@ -1,8 +1,10 @@
 package daemon_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,6 +37,33 @@ type rig struct {
 	probeInterval time.Duration
 	// probeTimeout bounds each probe (0: half the interval).
 	probeTimeout time.Duration
+	// rescan is the daemon's RescanInterval (0: default).
+	rescan time.Duration
+	// noWaitReady makes startWith return without waiting for READY=1.
+	noWaitReady bool
+	// logs is the daemon's log.
+	logs *logBuffer
+}
+
+// logBuffer keeps the daemon's log for a failing test.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 4<<20 {
+		return len(p), nil
+	}
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 type notes struct {
@@ -78,7 +107,14 @@ func newRig(t *testing.T) *rig {
 
 func (r *rig) addNIC(t *testing.T, ifname string, inst vmbus.GUID) *sim.NIC {
 	t.Helper()
-	n, err := r.h.AddNIC(sim.NICConfig{Driver: sim.DriverNetvsc, IfName: ifname, MaxQueues: 2, Instance: inst})
+	return r.addNICWith(t, sim.NICConfig{IfName: ifname, MaxQueues: 2, Instance: inst})
+}
+
+// addNICWith offers a NIC bound to hv_netvsc, as on a fresh VM.
+func (r *rig) addNICWith(t *testing.T, cfg sim.NICConfig) *sim.NIC {
+	t.Helper()
+	cfg.Driver = sim.DriverNetvsc
+	n, err := r.h.AddNIC(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +123,12 @@ func (r *rig) addNIC(t *testing.T, ifname string, inst vmbus.GUID) *sim.NIC {
 
 func (r *rig) start(t *testing.T) {
 	t.Helper()
+	r.startWith(t, r.config())
+}
+
+// config is the rig's daemon configuration: eth1 and eth2 forwarded to
+// each other.
+func (r *rig) config() config.Config {
 	tru := true
 	cfg := config.Default()
 	cfg.Root = r.root
@@ -94,10 +136,23 @@ func (r *rig) start(t *testing.T) {
 	cfg.Control.Socket = filepath.Join(r.root, "run/vmbusd/control.sock")
 	cfg.Metrics.Listen = "127.0.0.1:0"
 	cfg.NICs = []config.NIC{
-		{Device: "eth1", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth2", Bind: &tru},
-		{Device: "eth2", Queues: 2, Mode: "hybrid", Attach: "forward", Peer: "eth1", Bind: &tru},
+		{Device: "eth1", Queues: 2, Attach: config.AttachForward, Peer: "eth2", Bind: &tru},
+		{Device: "eth2", Queues: 2, Attach: config.AttachForward, Peer: "eth1", Bind: &tru},
 	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add,
+	return cfg
+}
+
+func (r *rig) startWith(t *testing.T, cfg config.Config) {
+	t.Helper()
+	logs := &logBuffer{}
+	r.logs = logs
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs.String())
+		}
+	})
+	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add, RescanInterval: r.rescan,
+		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +166,9 @@ func (r *rig) start(t *testing.T) {
 		cancel()
 		<-r.done
 	})
+	if r.noWaitReady {
+		return
+	}
 	select {
 	case <-d.Ready():
 	case err := <-r.done:
@@ -146,8 +204,16 @@ func TestForwardingAndCleanStop(t *testing.T) {
 	r := newRig(t)
 	r.start(t)
 	waitFor(t, "frames forwarded eth1 -> eth2", func() bool { return forwarded(r) > 1000 })
-	if got := r.notes.list(); len(got) == 0 || got[0] != "READY=1" {
-		t.Fatalf("notifications %v, want READY=1 first", got)
+	// READY=1 comes once both NICs are up, before any watchdog ping, and
+	// the status that follows says so.
+	got := r.notes.list()
+	ready := slices.Index(got, "READY=1")
+	if ready < 0 || slices.ContainsFunc(got[:ready], func(s string) bool { return !strings.HasPrefix(s, "STATUS=") }) {
+		t.Fatalf("notifications %v, want only STATUS= before READY=1", got)
+	}
+	if i := slices.IndexFunc(got[ready:], func(s string) bool { return strings.HasPrefix(s, "STATUS=") }); i < 0 ||
+		got[ready+i] != "STATUS=2 of 2 devices up" {
+		t.Fatalf("notifications %v, want STATUS=2 of 2 devices up after READY=1", got)
 	}
 	// The daemon bound both NICs; stopping gives them back.
 	for _, dev := range r.h.Devices() {
@@ -167,6 +233,10 @@ func TestForwardingAndCleanStop(t *testing.T) {
 	}
 	if got := r.notes.list(); got[len(got)-1] != "STOPPING=1" {
 		t.Fatalf("notifications %v, want STOPPING=1 last", got)
+	}
+	// Each NIC was closed only once its peer had stopped sending into it.
+	if v := r.h.Violations(); len(v) != 0 {
+		t.Fatalf("the host counted violations: %v", v)
 	}
 }
 
@@ -283,7 +353,7 @@ func TestHostThatStopsAnsweringIsReset(t *testing.T) {
 	// answers in time on a loaded machine under the race detector: only the
 	// host that stops answering may be reset.
 	r.probeInterval = 100 * time.Millisecond
-	r.probeTimeout = 500 * time.Millisecond
+	r.probeTimeout = 2 * time.Second // a late answer counts as a violation (netvsc)
 	r.start(t)
 	waitFor(t, "both up", func() bool { return r.nicState("eth1").State == "up" && r.nicState("eth2").State == "up" })
 	// The host's control path goes slow: the probes time out.

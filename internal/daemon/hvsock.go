@@ -2,9 +2,9 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
@@ -13,28 +13,43 @@ import (
 )
 
 // fwdRunner runs one hv_sock forward: a guest service (hv_sock port ->
-// local address) or a host service (local listener -> hv_sock port).
+// local address) or a host service (local listener -> hv_sock port), from
+// its start until its stop (at shutdown, or when a reload removes it).
 type fwdRunner struct {
 	d    *Daemon
-	idx  int
 	cfg  config.HvSock
 	name string
 	log  *slog.Logger
 	fwd  *forward.Forwarder
+	// listening is true while the listener is up (the forward is ready).
+	listening atomic.Bool
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
-func newFwdRunner(d *Daemon, idx int, cfg config.HvSock) *fwdRunner {
-	name := fmt.Sprintf("hvsock:%d->%s", cfg.Port, cfg.To)
-	if cfg.Listen != "" {
-		name = fmt.Sprintf("%s->hvsock:%d", cfg.Listen, cfg.ToPort)
-	}
-	f := &fwdRunner{d: d, idx: idx, cfg: cfg, name: name, log: d.log.With("forward", name)}
-	f.fwd = &forward.Forwarder{Name: name, Logger: f.log, DialTimeout: 10 * time.Second}
+func newFwdRunner(d *Daemon, cfg config.HvSock) *fwdRunner {
+	name := cfg.Name()
+	f := &fwdRunner{d: d, cfg: cfg, name: name, log: d.log.With("forward", name), done: make(chan struct{})}
+	f.fwd = &forward.Forwarder{Name: name, Logger: f.log, DialTimeout: 10 * time.Second, MaxConnections: cfg.MaxConnections}
 	return f
 }
 
+func (f *fwdRunner) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	f.cancel = cancel
+	go func() {
+		defer close(f.done)
+		f.run(ctx)
+	}()
+}
+
+func (f *fwdRunner) stop() {
+	f.cancel()
+	<-f.done
+}
+
 func (f *fwdRunner) hvConfig() hvsock.Config {
-	return hvsock.Config{Root: f.d.cfg.Root, Logger: f.log}
+	return hvsock.Config{Root: f.d.root(), Logger: f.log}
 }
 
 // run listens and forwards until ctx ends, retrying the listener after
@@ -56,8 +71,13 @@ func (f *fwdRunner) run(ctx context.Context) {
 		backoff = time.Second
 		f.fwd.Listener = ln
 		f.fwd.Dial = f.dialer()
+		f.listening.Store(true)
+		f.d.kickNow()
 		f.log.Info("forwarding", "listen", ln.Addr().String())
-		if err := f.fwd.Serve(ctx); err != nil && ctx.Err() == nil {
+		err = f.fwd.Serve(ctx)
+		f.listening.Store(false)
+		f.d.kickNow()
+		if err != nil && ctx.Err() == nil {
 			f.log.Warn("forward stopped", "err", err)
 		}
 	}
@@ -72,16 +92,15 @@ func (f *fwdRunner) listen() (net.Listener, error) {
 		}
 		return l, nil
 	}
-	network, addr := config.SplitAddr(f.cfg.Listen)
-	return net.Listen(network, addr)
+	return f.cfg.Listen.Listen()
 }
 
 func (f *fwdRunner) dialer() func(ctx context.Context) (net.Conn, error) {
 	if f.cfg.Port != 0 {
-		network, addr := config.SplitAddr(f.cfg.To)
+		to := f.cfg.To
 		return func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
+			return d.DialContext(ctx, to.Network, to.Address)
 		}
 	}
 	d := hvsock.Dialer{Config: f.hvConfig(), Timeout: 5 * time.Second, Retries: 2, RetryWait: 500 * time.Millisecond}

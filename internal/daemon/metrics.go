@@ -2,15 +2,19 @@ package daemon
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/vmbusd/vmbusd/internal/config"
+	"github.com/vmbusd/vmbusd/internal/connlimit"
 	"github.com/vmbusd/vmbusd/internal/forward"
 	"github.com/vmbusd/vmbusd/netvsc"
 )
@@ -36,6 +40,7 @@ var (
 	mNICInfo   = newDesc("vmbusd_netvsc_info", "One series per configured NIC: instance, MAC, attachment (always 1).",
 		prometheus.GaugeValue, "device", "instance", "mac", "attach", "mode")
 	mNICUp       = newDesc("vmbusd_netvsc_up", "1 while the NIC carries traffic, 0 while it starts, resets or waits for the host.", prometheus.GaugeValue, "device")
+	mNICFailed   = newDesc("vmbusd_netvsc_failed", "1 while the NIC is down for a configuration or permanent error (status says why); a reload retries it.", prometheus.GaugeValue, "device")
 	mLinkUp      = newDesc("vmbusd_netvsc_link_up", "The host's link state for the NIC (1 up).", prometheus.GaugeValue, "device")
 	mLinkSpeed   = newDesc("vmbusd_netvsc_link_speed_bytes_per_second", "Link speed the host reports, in bytes per second (bits / 8).", prometheus.GaugeValue, "device")
 	mQueues      = newDesc("vmbusd_netvsc_queues", "Queues (VMBus channels) granted by the host.", prometheus.GaugeValue, "device")
@@ -66,12 +71,19 @@ var (
 	mHvBytes    = newDesc("vmbusd_hvsock_bytes_total", "Bytes forwarded; in: from the accepting side to the dialed side.", prometheus.CounterValue, "forward", "direction")
 	mHvClosed   = newDesc("vmbusd_hvsock_connections_closed_total", "Closed connections by reason.", prometheus.CounterValue, "forward", "reason")
 	mHvDialFail = newDesc("vmbusd_hvsock_dial_failures_total", "Connections whose other side could not be reached.", prometheus.CounterValue, "forward")
+	mHvRefused  = newDesc("vmbusd_hvsock_connections_refused_total", "Connections closed unserved: max_connections were forwarding.", prometheus.CounterValue, "forward")
+
+	mConnActive  = newDesc("vmbusd_daemon_connections_active", "Connections the metrics or control server holds now.", prometheus.GaugeValue, "server")
+	mConnRefused = newDesc("vmbusd_daemon_connections_refused_total", "Connections closed unserved, by reason: total (max_connections), per_client (max_connections_per_user), forbidden (a user who may not use the control socket).", prometheus.CounterValue, "server", "reason")
+	mCaptures    = newDesc("vmbusd_daemon_captures_active", "Captures running now.", prometheus.GaugeValue)
+	mCapRefused  = newDesc("vmbusd_daemon_captures_refused_total", "Captures refused: max_captures were running.", prometheus.CounterValue)
 )
 
-var allDescs = []metricDesc{mBuildInfo, mNICInfo, mNICUp, mLinkUp, mLinkSpeed, mQueues, mResets, mRescinds,
+var allDescs = []metricDesc{mBuildInfo, mNICInfo, mNICUp, mNICFailed, mLinkUp, mLinkSpeed, mQueues, mResets, mRescinds,
 	mViolations, mInterrupts, mRxPackets, mRxBytes, mTxPackets, mTxBytes, mRxDropped, mTxDropped, mTxPath,
 	mTxSendFull, mTxBusy, mRxCompBusy, mSignals, mWakeups, mMissed, mPollSeconds, mSleepSecs, mRingUsed,
-	mRingSize, mHvConns, mHvActive, mHvBytes, mHvClosed, mHvDialFail}
+	mRingSize, mHvConns, mHvActive, mHvBytes, mHvClosed, mHvDialFail, mHvRefused, mConnActive, mConnRefused,
+	mCaptures, mCapRefused}
 
 func newRegistry(d *Daemon) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -95,12 +107,32 @@ func emit(ch chan<- prometheus.Metric, m metricDesc, v float64, labels ...string
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	version, gover := buildVersion()
 	emit(ch, mBuildInfo, 1, version, gover)
-	for _, r := range c.d.nics {
+	nics, fwds := c.d.runners()
+	for _, r := range nics {
 		c.collectNIC(ch, r)
 	}
-	for _, f := range c.d.fwds {
+	for _, f := range fwds {
 		collectForward(ch, f.name, f.fwd.Totals())
 	}
+	c.collectServers(ch)
+}
+
+func (c *collector) collectServers(ch chan<- prometheus.Metric) {
+	d := c.d
+	if d.metricsLn != nil {
+		st := d.metricsLn.Stats()
+		emit(ch, mConnActive, float64(st.Active), "metrics")
+		emit(ch, mConnRefused, float64(st.RefusedTotal), "metrics", connlimit.ReasonTotal)
+	}
+	if d.ctl != nil {
+		st := d.ctl.Stats()
+		emit(ch, mConnActive, float64(st.Active), "control")
+		emit(ch, mConnRefused, float64(st.RefusedTotal), "control", connlimit.ReasonTotal)
+		emit(ch, mConnRefused, float64(st.RefusedPerClient), "control", connlimit.ReasonPerClient)
+		emit(ch, mConnRefused, float64(d.ctl.Forbidden()), "control", "forbidden")
+	}
+	emit(ch, mCaptures, float64(d.captures.Load()))
+	emit(ch, mCapRefused, float64(d.capturesRefused.Load()))
 }
 
 func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
@@ -108,6 +140,7 @@ func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 	st := r.status()
 	emit(ch, mNICInfo, 1, dev, st.Instance, st.MAC, st.Attach, st.Mode)
 	emit(ch, mNICUp, b2f(st.State == stateUp), dev)
+	emit(ch, mNICFailed, b2f(st.State == stateFailed), dev)
 	emit(ch, mLinkUp, b2f(st.LinkUp), dev)
 	emit(ch, mLinkSpeed, float64(st.LinkSpeed)/8, dev)
 	emit(ch, mQueues, float64(st.Queues), dev)
@@ -157,6 +190,7 @@ func collectForward(ch chan<- prometheus.Metric, name string, t forward.Totals) 
 	emit(ch, mHvBytes, float64(t.BytesIn), name, "in")
 	emit(ch, mHvBytes, float64(t.BytesOut), name, "out")
 	emit(ch, mHvDialFail, float64(t.DialFailed), name)
+	emit(ch, mHvRefused, float64(t.Refused), name)
 	for _, r := range []forward.Reason{forward.ReasonDone, forward.ReasonDialFailed, forward.ReasonClientError,
 		forward.ReasonUpstreamErr, forward.ReasonCanceled} {
 		emit(ch, mHvClosed, float64(t.ClosedBy[r]), name, strings.ReplaceAll(string(r), " ", "_"))
@@ -187,19 +221,34 @@ func buildVersion() (version, goversion string) {
 	return version, bi.GoVersion
 }
 
+// metricsServer is the HTTP server of /metrics, /healthz and /readyz,
+// bounded in time (a slow or silent client is cut off) and in what a
+// request may carry; the connection limit is on its listener.
+func (d *Daemon) metricsServer(m config.Metrics) *http.Server {
+	return &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: min(5*time.Second, m.RequestTimeout),
+		ReadTimeout: m.RequestTimeout, WriteTimeout: m.RequestTimeout, IdleTimeout: m.IdleTimeout,
+		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+}
+
 // metricsHandler serves /metrics, /healthz (the process answers) and
-// /readyz (503 with the devices that are not ready).
+// /readyz (503 with the devices that are not ready), to GET (and HEAD)
+// only: any other method gets 405.
 func (d *Daemon) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-d.ready:
 		default:
-			http.Error(w, "starting", http.StatusServiceUnavailable)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "starting")
+			for _, b := range d.notReady() {
+				fmt.Fprintln(w, b)
+			}
 			return
 		}
 		if bad := d.notReady(); len(bad) > 0 {
@@ -212,11 +261,7 @@ func (d *Daemon) metricsHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "vmbusd: /metrics /healthz /readyz")
 	})
 	return mux

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
@@ -33,7 +35,21 @@ const (
 	stateUp       = "up"
 	stateReset    = "resetting"
 	stateWaiting  = "waiting for the device"
-	stateStopped  = "stopped"
+	// stateFailed: a configuration or permanent error (a missing network
+	// namespace, an MTU the driver refuses, the management interface):
+	// retrying cannot help, so the NIC stays down, with the reason, until
+	// a reload (SIGHUP) brings a fixed configuration.
+	stateFailed  = "failed"
+	stateStopped = "stopped"
+)
+
+// Reset backoff: after a host fault a NIC is reopened after backoffMin,
+// doubling per failure in a row up to backoffMax; a NIC that stayed up for
+// healthyAfter starts again from backoffMin.
+const (
+	backoffMin   = 500 * time.Millisecond
+	backoffMax   = 30 * time.Second
+	healthyAfter = time.Minute
 )
 
 // NICStatus is one NIC's state for the control socket.
@@ -55,23 +71,51 @@ type NICStatus struct {
 	Resets    uint64    `json:"resets"`
 	Rescinds  uint64    `json:"rescinds"`
 	BoundByUs bool      `json:"bound_by_vmbusd"`
+	// GPAPool is the backend of the incarnation's GPA-direct pool ("sim",
+	// "hugepage"; "" without one).
+	GPAPool string `json:"gpa_pool,omitempty"`
 }
 
+// permanentError is a failure retrying cannot fix: the NIC goes to
+// stateFailed instead of resetting.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error { return &permanentError{err} }
+
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// errNotPresent: the device is not offered (yet, or any more); the NIC
+// waits for it.
+var errNotPresent = errors.New("the device is not offered")
+
 // nicRunner supervises one configured NIC through resets and rescinds.
+// One runner lives from the NIC's start to its stop (at shutdown, or when
+// a reload removes or changes it).
 type nicRunner struct {
 	d    *Daemon
-	idx  int
 	cfg  config.NIC
 	log  *slog.Logger
-	peer *nicRunner
 	cap  captureHub
 	beat atomic.Int64
 	// probed is when the host last answered the liveness probe.
 	probed atomic.Int64
+	cancel context.CancelFunc
+	done   chan struct{}
+	// inUse is held for reading by each peer forwarding into the NIC, and
+	// for writing while the NIC closes: no frame goes to a closing NIC (the
+	// host would see data after its RNDIS HALT).
+	inUse sync.RWMutex
 
 	mu        sync.Mutex
 	st        NICStatus
 	instance  vmbus.GUID
+	devIno    uint64 // the sysfs directory of the device last opened
 	nic       *netvsc.NIC
 	nicChange chan struct{} // closed when nic changes
 	boundByUs bool
@@ -82,16 +126,59 @@ type nicRunner struct {
 	baseIRQ  uint64
 }
 
-func newNICRunner(d *Daemon, idx int, cfg config.NIC) *nicRunner {
-	r := &nicRunner{d: d, idx: idx, cfg: cfg, log: d.log.With("nic", cfg.Device),
-		base: map[int]netvsc.QueueStats{}, baseViol: map[string]uint64{}, nicChange: make(chan struct{})}
+func newNICRunner(d *Daemon, cfg config.NIC) *nicRunner {
+	r := &nicRunner{d: d, cfg: cfg, log: d.log.With("nic", cfg.Device),
+		base: map[int]netvsc.QueueStats{}, baseViol: map[string]uint64{}, nicChange: make(chan struct{}),
+		done: make(chan struct{})}
 	r.st = NICStatus{Name: cfg.Device, Device: cfg.Device, State: stateStarting, Since: time.Now(),
-		Attach: cfg.Attach, TAP: cfg.TAP, Mode: cfg.Mode}
+		Attach: cfg.Attach.String(), TAP: cfg.TAP, Mode: cfg.Mode.String()}
 	r.beat.Store(time.Now().UnixNano())
 	return r
 }
 
+// inherit carries the counters and identity of the runner this one
+// replaces (the same NIC with a changed configuration).
+func (r *nicRunner) inherit(old *nicRunner) {
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.base, r.baseViol, r.baseIRQ = maps.Clone(old.base), maps.Clone(old.baseViol), old.baseIRQ
+	r.st.Resets, r.st.Rescinds = old.st.Resets, old.st.Rescinds
+	r.instance, r.st.Instance = old.instance, old.st.Instance
+}
+
+// start runs the supervisor until stop.
+func (r *nicRunner) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		r.run(ctx)
+	}()
+}
+
+// stop ends the supervisor and waits until the device is given back.
+func (r *nicRunner) stop() {
+	r.cancel()
+	<-r.done
+}
+
 func (r *nicRunner) name() string { return r.cfg.Device }
+
+// identity returns the NIC's instance GUID, zero until it is known.
+func (r *nicRunner) identity() vmbus.GUID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.instance
+}
+
+func (r *nicRunner) setInstance(g vmbus.GUID) {
+	r.mu.Lock()
+	r.instance = g
+	r.st.Instance = g.String()
+	r.mu.Unlock()
+}
 
 func (r *nicRunner) lastBeat() time.Time { return time.Unix(0, r.beat.Load()) }
 func (r *nicRunner) heartbeat()          { r.beat.Store(time.Now().UnixNano()) }
@@ -110,7 +197,6 @@ func (r *nicRunner) status() NICStatus {
 
 func (r *nicRunner) setState(state string, err error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.st.State != state {
 		r.st.Since = time.Now()
 	}
@@ -119,6 +205,8 @@ func (r *nicRunner) setState(state string, err error) {
 	if err != nil {
 		r.st.Error = err.Error()
 	}
+	r.mu.Unlock()
+	r.d.kickNow()
 }
 
 // current returns the running NIC (nil when down) and a channel closed when
@@ -132,6 +220,19 @@ func (r *nicRunner) current() (*netvsc.NIC, <-chan struct{}) {
 	return r.nic, r.nicChange
 }
 
+// use makes n, returned by current, safe to send into until release; it
+// reports false when n is no longer the running NIC.
+func (r *nicRunner) use(n *netvsc.NIC) bool {
+	r.inUse.RLock()
+	if cur, _ := r.current(); cur != n {
+		r.inUse.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (r *nicRunner) release() { r.inUse.RUnlock() }
+
 func (r *nicRunner) setNIC(n *netvsc.NIC) {
 	r.mu.Lock()
 	r.nic = n
@@ -140,127 +241,221 @@ func (r *nicRunner) setNIC(n *netvsc.NIC) {
 	r.mu.Unlock()
 }
 
-// run keeps the NIC up until ctx ends: one incarnation after another,
-// backing off after failures and waiting out rescinds. first gets one
-// token after the first attempt, whatever its outcome.
-func (r *nicRunner) run(ctx context.Context, first chan<- struct{}) {
-	var once sync.Once
-	firstDone := func() { once.Do(func() { first <- struct{}{} }) }
-	defer firstDone()
-	backoff := 500 * time.Millisecond
+// run keeps the NIC up until ctx ends: one incarnation after another.
+// What happens after a failure depends on its kind:
+//
+//	permanent (configuration)  -> failed, with the reason; no retry
+//	rescind, device gone       -> wait for the (re-)offer, event-driven
+//	host fault, anything else  -> reset after a capped exponential backoff
+func (r *nicRunner) run(ctx context.Context) {
+	r.log.Debug("NIC supervisor started")
+	defer r.log.Debug("NIC supervisor stopped")
+	backoff := backoffMin
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := r.incarnation(ctx, firstDone)
-		firstDone()
+		err := r.incarnation(ctx)
 		if ctx.Err() != nil {
 			break
 		}
-		if time.Since(start) > time.Minute {
-			backoff = 500 * time.Millisecond
+		if time.Since(start) > healthyAfter {
+			backoff = backoffMin
 		}
-		if errors.Is(err, vmbus.ErrRescinded) || errors.Is(err, uio.ErrRescinded) {
+		switch {
+		case isPermanent(err):
+			r.setState(stateFailed, err)
+			r.log.Error("NIC failed; not retrying: fix the configuration and reload (SIGHUP)", "err", err)
+			r.idle(ctx)
+		case errors.Is(err, vmbus.ErrRescinded) || errors.Is(err, uio.ErrRescinded):
 			r.mu.Lock()
 			r.st.Rescinds++
+			ino := r.devIno
 			r.mu.Unlock()
 			r.setState(stateWaiting, err)
 			r.log.Warn("device rescinded by the host; waiting for it to be offered again", "err", err)
-			r.waitGone(ctx)
-			r.waitOffer(ctx)
-			continue
+			r.waitOffer(ctx, ino)
+			backoff = backoffMin // a new device
+		case errors.Is(err, errNotPresent) || !r.present():
+			r.setState(stateWaiting, err)
+			r.log.Warn("device not present; waiting for it to be offered", "err", err)
+			r.waitOffer(ctx, 0)
+			backoff = backoffMin
+		default:
+			r.mu.Lock()
+			r.st.Resets++
+			r.mu.Unlock()
+			r.setState(stateReset, err)
+			r.log.Error("NIC failed; resetting", "err", err, "check", netvsc.CheckOf(err), "retry_in", backoff)
+			r.sleep(ctx, backoff)
+			backoff = min(backoff*2, backoffMax)
 		}
-		if !r.instance.IsZero() {
-			if _, lerr := vmbus.LookupDevice(r.d.cfg.Root, r.instance); lerr != nil {
-				r.setState(stateWaiting, err)
-				r.log.Warn("device not present; waiting for it to be offered", "err", err)
-				r.waitOffer(ctx)
-				continue
-			}
-		}
-		r.mu.Lock()
-		r.st.Resets++
-		r.mu.Unlock()
-		r.setState(stateReset, err)
-		r.log.Error("NIC failed; resetting", "err", err, "check", netvsc.CheckOf(err), "retry_in", backoff)
-		r.sleep(ctx, backoff)
-		backoff = min(backoff*2, 30*time.Second)
 	}
 	r.shutdown()
 }
 
-// sleep waits d (or until ctx ends), beating.
-func (r *nicRunner) sleep(ctx context.Context, d time.Duration) {
-	end := time.Now().Add(d)
+// present reports whether the NIC's device is offered (true while its
+// identity is unknown: there is nothing to wait for).
+func (r *nicRunner) present() bool {
+	inst := r.identity()
+	if inst.IsZero() {
+		return true
+	}
+	_, err := vmbus.LookupDevice(r.d.root(), inst)
+	return err == nil
+}
+
+// idle waits for ctx, beating (a failed NIC's supervisor is alive).
+func (r *nicRunner) idle(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for time.Now().Before(end) {
+	for {
 		r.heartbeat()
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(min(time.Until(end), time.Second)):
+		case <-t.C:
 		}
 	}
-	r.heartbeat()
 }
 
-// waitGone waits (a few seconds at most) for a rescinded device's old
-// binding to go away: the host closes the channel before the kernel removes
-// the device, so for a moment the old directory is still there.
-func (r *nicRunner) waitGone(ctx context.Context) {
-	end := time.Now().Add(5 * time.Second)
-	for ctx.Err() == nil && time.Now().Before(end) {
+// sleep waits d (or until ctx ends), beating.
+func (r *nicRunner) sleep(ctx context.Context, d time.Duration) {
+	end := time.NewTimer(d)
+	defer end.Stop()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
 		r.heartbeat()
-		dev, err := vmbus.LookupDevice(r.d.cfg.Root, r.instance)
-		if err != nil || dev.UIO == "" {
-			return
-		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
+			return
+		case <-end.C:
+			r.heartbeat()
+			return
+		case <-t.C:
 		}
 	}
 }
 
-// waitOffer waits until the device is offered again (its sysfs directory
-// back). The next incarnation binds it again: a re-offer is a new device to
-// the kernel, and an override written on the old one is gone.
-func (r *nicRunner) waitOffer(ctx context.Context) {
+// waitOffer waits until the device is offered: its sysfs directory is
+// there and is not the one of inode oldIno (a rescinded device's
+// directory lingers for a moment after its channel closed). It wakes on
+// the daemon's device events, and rescans every RescanInterval in case
+// there are none. The next incarnation binds the device again: a re-offer
+// is a new device to the kernel, and an override written on the old one
+// is gone.
+func (r *nicRunner) waitOffer(ctx context.Context, oldIno uint64) {
+	inst := r.identity()
+	if inst.IsZero() {
+		return
+	}
+	beat := time.NewTicker(time.Second)
+	defer beat.Stop()
+	rescan := time.NewTicker(r.d.rescan)
+	defer rescan.Stop()
 	for ctx.Err() == nil {
 		r.heartbeat()
-		if _, err := vmbus.LookupDevice(r.d.cfg.Root, r.instance); err == nil {
-			r.log.Info("device offered again")
-			return
+		ev := r.d.watch.changed()
+		if dev, err := vmbus.LookupDevice(r.d.root(), inst); err == nil {
+			if ino := inodeOf(dev.Path); ino != 0 && ino != oldIno {
+				r.log.Info("device offered")
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
+		case <-ev:
+		case <-rescan.C:
+		case <-beat.C:
 		}
 	}
+}
+
+// inodeOf returns the inode of path (following links), 0 when it is gone.
+func inodeOf(path string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 func (r *nicRunner) bindOptions() bind.Options {
-	return bind.Options{StateDir: r.d.cfg.StateDir, Force: r.cfg.Force, Logger: r.log}
+	return bind.Options{StateDir: r.d.stateDir(), Force: r.cfg.Force, Logger: r.log}
+}
+
+// countViolation counts a host protocol violation seen while no NIC was
+// running (during bring-up), as closeNIC counts a running one's.
+func (r *nicRunner) countViolation(check string) {
+	r.mu.Lock()
+	r.baseViol[check]++
+	r.mu.Unlock()
+}
+
+// checkConfig finds what makes the NIC unusable whatever the host does,
+// before the device is bound.
+func (r *nicRunner) checkConfig() error {
+	if err := r.cfg.Netvsc().Validate(); err != nil {
+		return permanent(err)
+	}
+	if r.cfg.Attach == config.AttachTAP && r.cfg.NetNS != "" {
+		if err := checkNetns(r.cfg.NetNS); err != nil {
+			return permanent(err)
+		}
+	}
+	return nil
+}
+
+// bindFailure sorts a failed bind: a refusal the checks made is
+// permanent; a device that went away is waited for.
+func bindFailure(err error) error {
+	for _, perm := range []error{bind.ErrNotNIC, bind.ErrNotVMBus, bind.ErrManagement, bind.ErrNoModule,
+		bind.ErrNoOverride, bind.ErrOtherDriver, bind.ErrInUse} {
+		if errors.Is(err, perm) {
+			return permanent(err)
+		}
+	}
+	if errors.Is(err, bind.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", errNotPresent, err)
+	}
+	return err
+}
+
+// tapFailure sorts a failed TAP creation: no privilege or a value the
+// kernel refuses is permanent; the rest (a name still held by the last
+// incarnation's TAP) is retried.
+func tapFailure(err error) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EINVAL) || errors.Is(err, fs.ErrNotExist) {
+		return permanent(err)
+	}
+	return err
 }
 
 // incarnation brings the NIC up once and supervises it until it fails or
-// ctx ends. up is called once it carries traffic.
-func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
-	root := r.d.cfg.Root
+// ctx ends.
+func (r *nicRunner) incarnation(ctx context.Context) error {
+	root := r.d.root()
 	r.setState(stateStarting, nil)
-	if r.instance.IsZero() {
+	if err := r.checkConfig(); err != nil {
+		return err
+	}
+	if r.identity().IsZero() {
 		dev, err := bind.Resolve(root, r.cfg.Device)
 		if err != nil {
-			return fmt.Errorf("resolve %s: %w", r.cfg.Device, err)
+			if _, gerr := vmbus.ParseGUID(r.cfg.Device); gerr == nil && errors.Is(err, bind.ErrNotFound) {
+				return fmt.Errorf("%w: %w", errNotPresent, err)
+			}
+			return permanent(fmt.Errorf("resolve %s: %w", r.cfg.Device, err))
 		}
-		r.instance = dev.Instance
-		r.mu.Lock()
-		r.st.Instance = dev.Instance.String()
-		r.mu.Unlock()
+		r.setInstance(dev.Instance)
+		if err := r.d.recordOwned(); err != nil {
+			r.log.Warn("cannot record the device as owned", "err", err)
+		}
 	}
-	if *r.cfg.Bind {
-		rec, err := bind.Bind(ctx, root, r.instance.String(), r.bindOptions())
+	inst := r.identity()
+	if r.cfg.Binds() {
+		rec, err := bind.Bind(ctx, root, inst.String(), r.bindOptions())
 		if err != nil {
-			return err
+			return bindFailure(err)
 		}
 		if rec.OriginalDriver != bind.DriverUIO {
 			r.mu.Lock()
@@ -268,36 +463,45 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 			r.mu.Unlock()
 		}
 	}
-	dev, err := vmbus.LookupDevice(root, r.instance)
+	dev, err := vmbus.LookupDevice(root, inst)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errNotPresent, err)
 	}
-	mode, err := netvsc.ParseMode(r.cfg.Mode)
+	r.mu.Lock()
+	r.devIno = inodeOf(dev.Path)
+	r.mu.Unlock()
+	pool, releasePool, err := r.d.gpa.open(r.cfg)
 	if err != nil {
-		return err
+		return permanent(err)
 	}
-	nic, err := netvsc.Open(ctx, dev, netvsc.Config{Queues: r.cfg.Queues, MTU: r.cfg.MTU, Mode: mode,
-		GPAPool: r.d.opts.GPAPool, Logger: r.log})
+	defer releasePool()
+	ncfg := r.cfg.Netvsc()
+	ncfg.GPAPool, ncfg.Logger = pool, r.log
+	nic, err := netvsc.Open(ctx, dev, ncfg)
 	if err != nil {
+		// A violation during bring-up counts like any other.
+		if check := netvsc.CheckOf(err); check != "" {
+			r.countViolation(check)
+		}
 		return fmt.Errorf("open: %w", err)
 	}
 	r.mu.Lock()
 	r.st.MAC, r.st.MTU, r.st.Queues = nic.MAC().String(), nic.MTU(), len(nic.Queues())
+	r.st.GPAPool = ""
+	if pool != nil {
+		r.st.GPAPool = pool.Kind()
+	}
 	r.mu.Unlock()
 
 	dataDone := make(chan error, 1)
 	var stopData func()
 	switch r.cfg.Attach {
-	case "tap":
-		var addr netip.Prefix
-		if r.cfg.Address != "" {
-			addr, _ = netip.ParsePrefix(r.cfg.Address)
-		}
+	case config.AttachTAP:
 		td, err := tap.Create(tap.Config{Name: r.cfg.TAP, Queues: len(nic.Queues()), MAC: nic.MAC(),
-			MTU: nic.MTU(), Netns: r.cfg.NetNS, Addr: addr, GSO: r.cfg.GSO})
+			MTU: nic.MTU(), Netns: r.cfg.NetNS, Addr: r.cfg.Address, GSO: r.cfg.GSO})
 		if err != nil {
 			r.closeNIC(nic)
-			return err
+			return tapFailure(err)
 		}
 		att, err := tap.Attach(nic, td, tap.AttachOptions{Logger: r.log, Observe: r.observer(nic)})
 		if err != nil {
@@ -314,8 +518,8 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 			td.Close()
 		}
 		r.log.Info("NIC attached to TAP", "tap", td.Name(), "netns", r.cfg.NetNS, "queues", len(nic.Queues()),
-			"mac", nic.MAC().String(), "mtu", nic.MTU())
-	case "forward":
+			"mac", nic.MAC().String(), "mtu", nic.MTU(), "gpa_pool", r.status().GPAPool)
+	case config.AttachForward:
 		fctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -327,12 +531,12 @@ func (r *nicRunner) incarnation(ctx context.Context, up func()) error {
 			cancel()
 			wg.Wait()
 		}
-		r.log.Info("NIC forwarding", "to", r.cfg.Peer, "queues", len(nic.Queues()))
+		r.log.Info("NIC forwarding", "to", r.cfg.Peer, "queues", len(nic.Queues()), "mtu", nic.MTU(),
+			"gpa_pool", r.status().GPAPool)
 	}
 	r.setNIC(nic)
 	r.probed.Store(time.Now().UnixNano()) // bring-up answered the host's questions
 	r.setState(stateUp, nil)
-	up()
 
 	t := time.NewTicker(min(time.Second, r.d.probeInterval))
 	defer t.Stop()
@@ -381,11 +585,41 @@ loop:
 		}
 	}
 	r.setState(stateStopped, failure)
-	r.setNIC(nil)
+	r.setNIC(nil) // peers stop sending into it...
 	stopData()
+	r.inUse.Lock() // ...and are waited for
+	quiesce(nic)
 	r.closeNIC(nic)
+	r.inUse.Unlock()
 	return failure
 }
+
+// quiesce lets the host complete the sends in flight on every queue,
+// draining completions (and dropping what arrives meanwhile), for up to
+// quiesceWait. Close halts RNDIS on the primary channel; a send still in
+// flight on a sub-channel would reach the host after the HALT, which the
+// host counts as a violation (Linux's rndis_filter_halt_device waits for
+// its sends the same way). Nothing may be sending into the NIC.
+func quiesce(nic *netvsc.NIC) {
+	if nic.Err() != nil {
+		return // dead: nothing will complete
+	}
+	deadline := time.Now().Add(quiesceWait)
+	pkts := make([]*netvsc.Packet, 64)
+	for _, q := range nic.Queues() {
+		for q.Channel().InFlight() > 0 && time.Now().Before(deadline) && nic.Err() == nil {
+			n := q.RxBurst(pkts)
+			for _, p := range pkts[:n] {
+				p.Free()
+			}
+			if n == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+}
+
+const quiesceWait = time.Second
 
 // closeNIC closes an incarnation and folds its counters into the base.
 func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
@@ -405,14 +639,24 @@ func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
 }
 
 // forward moves frames from this NIC's queues to the peer NIC until ctx
-// ends or this NIC fails; a peer that is down or resetting is waited for.
+// ends or this NIC fails; a peer that is down, resetting or being replaced
+// by a reload is waited for.
 func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 	obs := r.observer(nic)
 	for ctx.Err() == nil && nic.Err() == nil {
-		peer, changed := r.peer.current()
+		pr, peersChanged := r.d.peer(r.cfg.Peer)
+		var peer *netvsc.NIC
+		changed := make(<-chan struct{})
+		if pr != nil {
+			peer, changed = pr.current()
+		}
+		if peer != nil && !pr.use(peer) {
+			continue
+		}
 		if peer == nil {
 			select {
 			case <-changed:
+			case <-peersChanged:
 			case <-ctx.Done():
 			case <-nic.Done():
 			case <-time.After(time.Second):
@@ -439,10 +683,12 @@ func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 		select {
 		case <-pctx.Done():
 		case <-changed:
+		case <-peersChanged:
 		case <-peer.Done():
 		}
 		cancel()
 		wg.Wait()
+		pr.release()
 	}
 }
 
@@ -454,7 +700,7 @@ func (r *nicRunner) shutdown() {
 	if bound && !inst.IsZero() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := bind.Unbind(ctx, r.d.cfg.Root, inst.String(), r.bindOptions()); err != nil {
+		if _, err := bind.Unbind(ctx, r.d.root(), inst.String(), r.bindOptions()); err != nil {
 			r.log.Error("giving the device back failed; `vmbusd restore` will retry", "err", err)
 		} else {
 			r.log.Info("device given back to its kernel driver")

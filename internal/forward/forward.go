@@ -31,6 +31,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vmbusd/vmbusd/internal/connlimit"
 )
 
 // Reason says why a forwarded connection ended.
@@ -65,6 +67,9 @@ type Forwarder struct {
 	KeepClosed int
 	// BufferSize is each direction's copy buffer; 0 means 64 KiB.
 	BufferSize int
+	// MaxConnections bounds the connections forwarded at once; more are
+	// closed as they are accepted, and counted (0: no limit).
+	MaxConnections int
 	// Logger receives a line per connection; nil discards them.
 	Logger *slog.Logger
 
@@ -74,6 +79,7 @@ type Forwarder struct {
 	closed   []Stats // the most recent, oldest first
 	accepted atomic.Uint64
 	failed   atomic.Uint64 // dials that failed
+	refused  atomic.Uint64 // closed unserved: MaxConnections reached
 	doneIn   atomic.Uint64 // bytes of closed connections
 	doneOut  atomic.Uint64
 	byReason map[Reason]uint64 // closed connections by reason, under mu
@@ -105,6 +111,7 @@ type Stats struct {
 type Totals struct {
 	Accepted    uint64 // connections accepted
 	DialFailed  uint64 // of which the dial side could not be reached
+	Refused     uint64 // closed unserved: MaxConnections were forwarding
 	Active      int    // forwarding now
 	BytesIn     uint64 // client to upstream, closed and active connections
 	BytesOut    uint64
@@ -159,6 +166,13 @@ func (f *Forwarder) Serve(ctx context.Context) error {
 	f.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	ln := f.Listener
+	if f.MaxConnections > 0 {
+		ln = connlimit.New(ln, connlimit.Config{Max: f.MaxConnections, OnRefuse: func(c net.Conn, _, _ string) {
+			f.refused.Add(1)
+			log.Warn("connection refused: too many connections", "limit", f.MaxConnections, "client", c.RemoteAddr().String())
+		}})
+	}
 	stop := context.AfterFunc(ctx, func() { f.Listener.Close() })
 	defer stop()
 	var wg sync.WaitGroup
@@ -166,7 +180,7 @@ func (f *Forwarder) Serve(ctx context.Context) error {
 	log.Info("forwarding", "listen", f.Listener.Addr().String())
 	defer log.Info("forwarding stopped", "listen", f.Listener.Addr().String())
 	for {
-		c, err := f.Listener.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -362,7 +376,7 @@ func (f *Forwarder) Closed() []Stats {
 func (f *Forwarder) Totals() Totals {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := Totals{Accepted: f.accepted.Load(), DialFailed: f.failed.Load(), Active: len(f.active),
+	t := Totals{Accepted: f.accepted.Load(), DialFailed: f.failed.Load(), Refused: f.refused.Load(), Active: len(f.active),
 		BytesIn: f.doneIn.Load(), BytesOut: f.doneOut.Load(), ClosedKept: len(f.closed)}
 	for _, c := range f.active {
 		t.BytesIn += c.in.Load()

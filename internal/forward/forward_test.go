@@ -321,3 +321,63 @@ func TestCancelClosesEverything(t *testing.T) {
 		t.Fatalf("dial after cancel: %v, want the listener closed", err)
 	}
 }
+
+// TestMaxConnectionsClosesTheExcess: a client opening connection after
+// connection gets at most MaxConnections forwarded; the others are closed
+// at once and counted, and those within the limit still work.
+func TestMaxConnectionsClosesTheExcess(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	serveSummary(t, up)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forward.Forwarder{Name: "limited", Listener: ln, MaxConnections: 2,
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", up.Addr().String())
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for f.Totals().Active != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("totals %+v", f.Totals())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	extra, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the third connection was served")
+	}
+	if got := f.Totals().Refused; got != 1 {
+		t.Fatalf("refused %d, want 1", got)
+	}
+	b, err := request(held[0], []byte("hello"))
+	if err != nil || string(b) != "got 5 bytes\nhello" {
+		t.Fatalf("a connection within the limit: %q %v", b, err)
+	}
+}
