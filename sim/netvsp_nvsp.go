@@ -209,13 +209,14 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 			// meanwhile is a race, not a fault.
 			ss.violation("SWITCH_DATA_PATH to the VF without a VF association")
 		}
-		ss.publish(func(c *sessCfg) { c.dataPathVF = vf })
-		ss.log.Info("data path switched", "vf", vf)
+		// Noted first, so that no frame steered by it predates the note.
 		if vf {
 			ss.n.vfNote(VFGuestSwitchVF, "")
 		} else {
 			ss.n.vfNote(VFGuestSwitchSynth, "")
 		}
+		ss.publish(func(c *sessCfg) { c.dataPathVF = vf })
+		ss.log.Info("data path switched", "vf", vf)
 		// Linux >= 5.12 waits for this empty completion (netvsc.md §2.9).
 		return ss.emptyComplete(ch, p)
 

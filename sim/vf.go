@@ -152,6 +152,9 @@ type VFConfig struct {
 	NoticeDelay time.Duration
 	// Away is how long Service and Flap keep the VF away (0: 1 s).
 	Away time.Duration
+	// Offline starts the NIC without its VF: no PCI device, no netdev, no
+	// association until Add (a VF hot-added to a running VM).
+	Offline bool
 }
 
 // Defaults of VFConfig.
@@ -159,6 +162,9 @@ const (
 	DefaultVFRemoveDelay = 200 * time.Millisecond
 	DefaultVFNoticeDelay = 50 * time.Millisecond
 	DefaultVFAway        = time.Second
+	// vfEjectTimeout bounds graceful servicing's wait for the guest to
+	// leave the VF after the withdrawal.
+	vfEjectTimeout = 10 * time.Second
 )
 
 func (c *VFConfig) fill(serial uint32) error {
@@ -298,6 +304,19 @@ func newVF(n *NIC, cfg VFConfig) (*VF, error) {
 	} else if cfg.GuestIf == "" {
 		return nil, fmt.Errorf("sim: vf: no guest interface name for the veth pair %s", cfg.HostIf)
 	}
+	if cfg.Offline {
+		n.vfPresent = false
+		if v.external {
+			v.mu.Lock()
+			v.netdevUp = true // adopted up; taken away now
+			v.mu.Unlock()
+			if err := v.removeNetdev(); err != nil {
+				v.close()
+				return nil, err
+			}
+		}
+		return v, nil
+	}
 	if err := v.addPCI(); err != nil {
 		v.close()
 		return nil, err
@@ -420,13 +439,38 @@ func (v *VF) EventsChanged() <-chan struct{} {
 	return v.evCh
 }
 
-func (v *VF) note(kind VFEventKind, detail string) {
+func (v *VF) note(kind VFEventKind, detail string) { v.noteAt(kind, detail, time.Now()) }
+
+// noteAt records an event that happened at t (a step's start, when its
+// effect begins before the step returns).
+func (v *VF) noteAt(kind VFEventKind, detail string, t time.Time) {
 	v.evMu.Lock()
-	v.events = append(v.events, VFEvent{Time: time.Now(), Kind: kind, Detail: detail})
+	v.events = append(v.events, VFEvent{Time: t, Kind: kind, Detail: detail})
 	close(v.evCh)
 	v.evCh = make(chan struct{})
 	v.evMu.Unlock()
 	v.n.log.Info("vf", "event", string(kind), "detail", detail)
+}
+
+// waitEvent waits, at most d, for an event of kind at or after since.
+func (v *VF) waitEvent(ctx context.Context, kind VFEventKind, since time.Time, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		ch := v.EventsChanged()
+		for _, e := range v.Events() {
+			if e.Kind == kind && !e.Time.Before(since) {
+				return true
+			}
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Add brings the VF back: the PCI device, then the netdev and the
@@ -465,7 +509,9 @@ func (v *VF) add(ctx context.Context, order VFOrder, probe time.Duration) error 
 
 // Remove takes the VF away. Graceful (surprise false), as in host
 // servicing: the host switches the guest to synthetic (if it was on the
-// VF), withdraws the association, waits RemoveDelay, then removes the
+// VF), withdraws the association, waits for the guest to leave the VF (its
+// own SWITCH_DATA_PATH{0}, as a guest ejects the PCI device before the
+// host takes it; at most 10 s) and RemoveDelay more, then removes the
 // netdev and the PCI device. A surprise removal takes the netdev and the
 // PCI device away first and tells the guest NoticeDelay later.
 func (v *VF) Remove(ctx context.Context, surprise bool) error {
@@ -481,9 +527,17 @@ func (v *VF) Remove(ctx context.Context, surprise bool) error {
 		}
 		return v.n.offerVF(ctx, false)
 	}
+	start := time.Now()
 	v.note(VFServiceStarted, "graceful")
+	onVF := false
+	if ss := v.n.sess.Load(); ss != nil {
+		onVF = ss.cfg.Load().dataPathVF
+	}
 	if err := v.n.offerVF(ctx, false); err != nil {
 		return err
+	}
+	if onVF {
+		v.waitEvent(ctx, VFGuestSwitchSynth, start, vfEjectTimeout)
 	}
 	if err := sleepCtx(ctx, v.cfg.RemoveDelay); err != nil {
 		return err
@@ -577,6 +631,7 @@ func (v *VF) removeNetdev() error {
 	if !v.netdevUp {
 		return nil
 	}
+	start := time.Now()
 	v.netdevUp = false
 	v.updateSteerLocked()
 	var err error
@@ -587,7 +642,7 @@ func (v *VF) removeNetdev() error {
 		err = v.deletePairLocked()
 	}
 	err = errors.Join(err, removeVFNetdev(v.root, v.pci, v.cfg.GuestIf))
-	v.noteLocked(VFNetdevRemoved, v.cfg.GuestIf)
+	v.noteAt(VFNetdevRemoved, v.cfg.GuestIf, start)
 	return err
 }
 
@@ -597,6 +652,7 @@ func (v *VF) setLink(up bool) error {
 	if !v.netdevUp || v.linkUp == up {
 		return nil
 	}
+	start := time.Now()
 	if !up {
 		v.linkUp = false
 		v.updateSteerLocked()
@@ -609,7 +665,7 @@ func (v *VF) setLink(up bool) error {
 	if up {
 		v.noteLocked(VFLinkUp, v.cfg.HostIf)
 	} else {
-		v.noteLocked(VFLinkDown, v.cfg.HostIf)
+		v.noteAt(VFLinkDown, v.cfg.HostIf, start)
 	}
 	return nil
 }

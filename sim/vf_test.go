@@ -260,9 +260,8 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 	// association, and only then takes the VF away.
 	ctx, cancel := context.WithTimeout(context.Background(), tgWait)
 	defer cancel()
-	if err := v.Remove(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	removed := make(chan error, 1)
+	go func() { removed <- v.Remove(ctx, false) }()
 	sw := g.next(0, func(p *gpkt) bool {
 		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSwitchDataPath
 	})
@@ -271,11 +270,19 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 		t.Errorf("host switch %+v", m)
 	}
 	g.vfAssociation(0)
+	if !v.Present() {
+		t.Error("the VF was removed before the guest left it")
+	}
+	// The guest leaves the VF as Linux does: its own switch, completed.
+	g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathSynthetic}.Marshal(nil), true))
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
 	var kinds []VFEventKind
 	for _, e := range v.Events() {
 		kinds = append(kinds, e.Kind)
 	}
-	want := []VFEventKind{VFServiceStarted, VFHostSwitchSent, VFWithdrawalSent, VFNetdevRemoved, VFPCIRemoved}
+	want := []VFEventKind{VFServiceStarted, VFHostSwitchSent, VFWithdrawalSent, VFGuestSwitchSynth, VFNetdevRemoved, VFPCIRemoved}
 	if !containsInOrder(kinds, want) {
 		t.Errorf("events %v, want %v in order", kinds, want)
 	}
