@@ -1043,3 +1043,157 @@ func (r *vfRig) waitVFBytes(ctx context.Context, n uint64) {
 		}
 	}
 }
+
+// nullPort swallows what the guest sends and lets the test deliver.
+type nullPort struct{ up sim.Uplink }
+
+func (p *nullPort) Connect(up sim.Uplink) error { p.up = up; return nil }
+func (p *nullPort) Transmit([][]byte)           {}
+func (p *nullPort) Close() error                { return nil }
+
+// TestVFBurstsDoNotAllocate: on the VF, a transmit burst and a receive
+// burst (with the host's side of each) allocate nothing in steady state.
+func TestVFBurstsDoNotAllocate(t *testing.T) {
+	port := &nullPort{}
+	r := newVFRig(t, vfRigOpts{port: port})
+	q := r.nic.Queues()[0]
+	// Nobody receives yet: the manager needs queue 0 drained to see the
+	// association.
+	rx := startGuestRx(r.nic)
+	r.waitVF(netvsc.VFStateActive)
+	rx.stop()
+	const burst = 32
+	pkts := make([]*netvsc.Packet, burst)
+	mac := r.nic.MAC()
+	tx := func() {
+		k := q.AllocBurst(pkts)
+		for i := range k {
+			putVFFrame(pkts[i].Buffer(), vfPeerMAC, mac, kindUnicast, uint64(i))
+			pkts[i].SetLen(vfFrameLen)
+		}
+		for sent := 0; sent < k; {
+			sent += q.TxBurst(pkts[sent:k])
+		}
+	}
+	frames := make([][]byte, burst)
+	for i := range frames {
+		frames[i] = putVFFrame(make([]byte, vfFrameLen), mac, vfPeerMAC, kindUnicast, uint64(i))
+	}
+	in := make([]*netvsc.Packet, burst)
+	rxb := func() {
+		port.up.Deliver(frames)
+		for got := 0; got < burst; {
+			n := q.RxBurst(in)
+			for _, p := range in[:n] {
+				if p.Meta.Flags&netvsc.MetaRxVF == 0 {
+					t.Fatal("a frame came synthetic")
+				}
+			}
+			netvsc.PutBurst(in[:n])
+			got += n
+		}
+	}
+	for range 50 { // warm up: pools, rings, the runtime's caches
+		tx()
+		rxb()
+	}
+	if a := testing.AllocsPerRun(200, tx); a != 0 {
+		t.Errorf("VF transmit burst: %.1f allocs", a)
+	}
+	if a := testing.AllocsPerRun(200, rxb); a != 0 {
+		t.Errorf("VF receive burst: %.1f allocs", a)
+	}
+}
+
+// BenchmarkVFPath moves 64-byte frames in bursts of 32 through the guest
+// NIC's queue on the synthetic path and on the VF (copy-mode AF_XDP on a
+// veth), the simulated host's side included, one direction at a time.
+func BenchmarkVFPath(b *testing.B) {
+	for _, path := range []string{"synthetic", "vf"} {
+		for _, dir := range []string{"tx", "rx"} {
+			b.Run(path+"/"+dir, func(b *testing.B) { benchVFPath(b, path == "vf", dir == "tx") })
+		}
+	}
+}
+
+func benchVFPath(b *testing.B, vf, tx bool) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	port := &nullPort{}
+	host, guest := vfNames()
+	h, err := sim.New(sim.Config{Root: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{VF: 3, VFDelay: time.Millisecond, MaxQueues: 1,
+		VFStandIn: &sim.VFConfig{HostIf: host, GuestIf: guest, Offline: !vf}})
+	if err != nil {
+		b.Skipf("VF stand-in: %v", err)
+	}
+	sn.Attach(port)
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		b.Fatal(err)
+	}
+	nic, err := netvsc.Open(context.Background(), dev, netvsc.Config{VF: netvsc.VFAuto, VFXDP: afxdp.Config{RingSize: 1024}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nic.Close()
+	q := nic.Queues()[0]
+	in := make([]*netvsc.Packet, 64)
+	if vf {
+		for nic.VFStatus().State != netvsc.VFStateActive {
+			netvsc.PutBurst(in[:q.RxBurst(in)]) // drains the association in
+			ch := nic.VFChanged()
+			select {
+			case <-ch:
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	const burst = 32
+	mac := nic.MAC()
+	pkts := make([]*netvsc.Packet, burst)
+	frames := make([][]byte, burst)
+	for i := range frames {
+		frames[i] = putVFFrame(make([]byte, vfFrameLen), mac, vfPeerMAC, kindUnicast, uint64(i))
+		frames[i] = frames[i][:64]
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(burst * 64)
+	b.ResetTimer()
+	for range b.N {
+		if tx {
+			k := q.AllocBurst(pkts)
+			for i := range k {
+				copy(pkts[i].Buffer(), frames[i])
+				pkts[i].SetLen(64)
+			}
+			for sent := 0; sent < k; {
+				if n := q.TxBurst(pkts[sent:k]); n > 0 {
+					sent += n
+				} else if err := q.WaitTx(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			continue
+		}
+		port.up.Deliver(frames)
+		for got := 0; got < burst; {
+			n := q.RxBurst(in)
+			netvsc.PutBurst(in[:n])
+			got += n
+			if n == 0 {
+				if err := q.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*burst)/b.Elapsed().Seconds(), "frames/s")
+}
