@@ -47,6 +47,7 @@ type vfManager struct {
 	state    VFState
 	att      *vfAttachment
 	retryAt  time.Time
+	hold     time.Time // no attempt before: the host switched us off by itself
 	backoff  time.Duration
 	path     Path
 	since    time.Time
@@ -184,7 +185,7 @@ func (m *vfManager) association(s *session, allocated bool, serial uint32) {
 	now := time.Now()
 	m.mu.Lock()
 	m.assoc = vfAssoc{sess: s, allocated: allocated, serial: serial, at: now}
-	m.retryAt, m.backoff = time.Time{}, vfRetryMin
+	m.retryAt, m.hold, m.backoff = time.Time{}, time.Time{}, vfRetryMin
 	if !allocated {
 		m.triggerLocked(ReasonWithdrawn, now, "")
 	}
@@ -201,7 +202,7 @@ func (m *vfManager) hostSwitch(s *session, path uint32) {
 	m.mu.Lock()
 	if m.att != nil && m.att.sess == s {
 		m.triggerLocked(ReasonHostSwitch, now, "")
-		m.retryAt = now.Add(vfAfterHostSwitch)
+		m.hold = now.Add(vfAfterHostSwitch)
 	}
 	m.mu.Unlock()
 	m.poke()
@@ -352,6 +353,9 @@ func (m *vfManager) step() time.Duration {
 	}
 	m.mu.Lock()
 	retryAt := m.retryAt
+	if m.hold.After(retryAt) {
+		retryAt = m.hold
+	}
 	m.mu.Unlock()
 	if now.Before(retryAt) {
 		m.setState(VFStateSearching)

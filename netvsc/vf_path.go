@@ -181,13 +181,16 @@ func (q *Queue) vfArm() bool {
 	return q.vfPending()
 }
 
-// vfKick ends a receive sleep in progress (the waker saw VF frames, or the
-// manager detaches): its context is cancelled, and the next sleep makes a
-// new one.
+// vfKick ends a sleep in progress (the waker saw VF frames, or the manager
+// needs the queue's locks): its context is cancelled, and the next sleep
+// makes a new one. Transmit's sleep (WaitTx) holds the receive lock too,
+// so both are woken; a spurious return is allowed to both.
 func (q *Queue) vfKick() {
 	q.wmu.Lock()
-	if c := q.wctx[0].cancel; c != nil {
-		c()
+	for i := range q.wctx {
+		if c := q.wctx[i].cancel; c != nil {
+			c()
+		}
 	}
 	q.wmu.Unlock()
 }
@@ -204,6 +207,7 @@ func (q *Queue) vfTx(pkts []*Packet) (int, bool) {
 	}
 	b := v.bind.Load()
 	if b == nil || !v.txOn.Load() {
+		v.txOn.Store(false)
 		return 0, false
 	}
 	s := b.tx
