@@ -41,6 +41,7 @@ const (
 	vfEtherType = 0x88b5
 	kindUnicast = 0
 	kindBcast   = 1
+	kindMarker  = 2 // the end of a run, on the path frames take then
 	vfFrameLen  = 128
 )
 
@@ -209,6 +210,35 @@ func (r *vfRig) waitSwitch(to netvsc.Path, after time.Time) netvsc.VFEvent {
 	}
 }
 
+// steeringWindows returns the host's steering to the VF since t: from each
+// guest switch it processed to the first of its own switch back, the
+// guest's switch back, or the VF's removal (or now).
+func (r *vfRig) steeringWindows(since time.Time) [][2]time.Time {
+	var out [][2]time.Time
+	var open *time.Time
+	for _, e := range r.vf.Events() {
+		if e.Time.Before(since) {
+			continue
+		}
+		switch e.Kind {
+		case sim.VFGuestSwitchVF:
+			if open == nil {
+				t := e.Time
+				open = &t
+			}
+		case sim.VFHostSwitchSent, sim.VFGuestSwitchSynth, sim.VFNetdevRemoved, sim.VFLinkDown:
+			if open != nil {
+				out = append(out, [2]time.Time{*open, e.Time})
+				open = nil
+			}
+		}
+	}
+	if open != nil {
+		out = append(out, [2]time.Time{*open, time.Now()})
+	}
+	return out
+}
+
 // simEvent returns the first stand-in event of kind at or after since.
 func (r *vfRig) simEvent(kind sim.VFEventKind, since time.Time) (sim.VFEvent, bool) {
 	for _, e := range r.vf.Events() {
@@ -228,15 +258,17 @@ type seqPort struct {
 	mu       sync.Mutex
 	got      map[uint64]int // guest->host seq -> copies
 	order    []uint64
-	accepted map[uint64]byte // host->guest frames the host took, by seq -> kind
+	accepted map[uint64]byte      // host->guest frames the host took, by seq -> kind
+	sentAt   map[uint64]time.Time // and when each was handed to the host
 	more     chan struct{}
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	sent     atomic.Uint64
+	next     uint64 // the generator's next seq (read after it stopped)
 }
 
 func newSeqPort() *seqPort {
-	return &seqPort{got: map[uint64]int{}, accepted: map[uint64]byte{}, more: make(chan struct{}, 1)}
+	return &seqPort{got: map[uint64]int{}, accepted: map[uint64]byte{}, sentAt: map[uint64]time.Time{}, more: make(chan struct{}, 1)}
 }
 
 func (p *seqPort) Connect(up sim.Uplink) error { p.up = up; return nil }
@@ -268,7 +300,9 @@ func (p *seqPort) start(perTick int, tick time.Duration, bcastEvery uint64) {
 		buf := make([]byte, vfFrameLen)
 		one := make([][]byte, 1)
 		mac := p.up.MAC()
-		for seq := uint64(1); ; {
+		seq := uint64(1)
+		defer func() { p.next = seq }()
+		for {
 			select {
 			case <-p.stop:
 				return
@@ -280,9 +314,11 @@ func (p *seqPort) start(perTick int, tick time.Duration, bcastEvery uint64) {
 					kind, dst = kindBcast, net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 				}
 				one[0] = putVFFrame(buf, dst, vfPeerMAC, kind, seq)
+				at := time.Now()
 				if p.up.Deliver(one) == 1 {
 					p.mu.Lock()
 					p.accepted[seq] = kind
+					p.sentAt[seq] = at
 					p.mu.Unlock()
 				}
 				p.sent.Add(1)
@@ -300,22 +336,16 @@ func (p *seqPort) stopTraffic() {
 	}
 }
 
-// waitGot waits until the port holds every seq in 1..n (the deadline only
-// stops a hung test) and reports whether it did.
-func (p *seqPort) waitGot(n uint64, d time.Duration) bool {
+// waitFor waits until the port got seq (the deadline only stops a hung
+// test) and reports whether it did.
+func (p *seqPort) waitFor(d time.Duration, seq uint64) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
 		p.mu.Lock()
-		missing := false
-		for s := uint64(1); s <= n; s++ {
-			if p.got[s] == 0 {
-				missing = true
-				break
-			}
-		}
+		got := p.got[seq] > 0
 		p.mu.Unlock()
-		if !missing {
+		if got {
 			return true
 		}
 		select {
@@ -502,7 +532,13 @@ func (r *vfRig) traffic() {
 
 // settle stops the traffic and waits until everything sent arrived or
 // nothing more comes; it returns the host->guest frames the host accepted.
+//
+// Each path delivers in order, so a marker sent after the traffic on every
+// path a frame could take (a unicast frame and a broadcast to the guest, a
+// frame from the guest) arrives after everything before it that was not
+// lost: once the markers are in, what is missing is lost.
 func (r *vfRig) settle() map[uint64]byte {
+	r.t.Helper()
 	r.port.stopTraffic()
 	r.tx.stop()
 	r.port.mu.Lock()
@@ -511,16 +547,45 @@ func (r *vfRig) settle() map[uint64]byte {
 		acc[k] = v
 	}
 	r.port.mu.Unlock()
-	r.rx.waitFor(10*time.Second, func() bool {
-		seen := 0
+	m1, m2 := r.port.next, r.port.next+1
+	mac := r.port.up.MAC()
+	for _, m := range []struct {
+		seq uint64
+		dst net.HardwareAddr
+	}{{m1, mac}, {m2, net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}} {
+		if r.port.up.Deliver([][]byte{putVFFrame(make([]byte, vfFrameLen), m.dst, vfPeerMAC, kindMarker, m.seq)}) != 1 {
+			r.t.Fatal("the host refused a marker frame")
+		}
+	}
+	if !r.rx.waitFor(30*time.Second, func() bool {
+		got := 0
 		for _, rec := range r.rx.recs {
-			if _, ok := acc[rec.seq]; ok {
-				seen++
+			if rec.seq == m1 || rec.seq == m2 {
+				got++
 			}
 		}
-		return seen >= len(acc)
-	})
-	r.port.waitGot(r.tx.sent.Load(), 10*time.Second)
+		return got == 2
+	}) {
+		r.t.Fatal("the markers never reached the guest")
+	}
+	gm := r.tx.sent.Load() + 1
+	q := r.nic.Queues()[0]
+	p := q.Alloc()
+	putVFFrame(p.Buffer(), vfPeerMAC, r.nic.MAC(), kindMarker, gm)
+	p.SetLen(vfFrameLen)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for q.TxBurst([]*netvsc.Packet{p}) == 0 {
+		if err := q.WaitTx(ctx); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if !r.port.waitFor(30*time.Second, gm) {
+		r.t.Fatal("the guest's marker never reached the host")
+	}
+	if v := r.host.Violations(); len(v) != 0 {
+		r.t.Errorf("host violations: %v", v)
+	}
 	return acc
 }
 
@@ -615,7 +680,7 @@ func TestVFFailoverGracefulServicing(t *testing.T) {
 	if err := r.vf.Add(ctx, sim.VFNetdevFirst); err != nil {
 		t.Fatal(err)
 	}
-	on1 := r.waitSwitch(netvsc.PathVF, t0)
+	r.waitSwitch(netvsc.PathVF, t0)
 	st := r.waitVF(netvsc.VFStateActive)
 	if st.MatchedBy != "serial" || st.IfName != r.vf.Config().GuestIf || st.PCI != r.vf.BDF() {
 		t.Errorf("paired %q by %q (pci %s), want %s by serial (pci %s)", st.IfName, st.MatchedBy, st.PCI, r.vf.Config().GuestIf, r.vf.BDF())
@@ -636,7 +701,7 @@ func TestVFFailoverGracefulServicing(t *testing.T) {
 	if err := r.vf.Add(ctx, sim.VFNetdevFirst); err != nil {
 		t.Fatal(err)
 	}
-	on2 := r.waitSwitch(netvsc.PathVF, t2)
+	r.waitSwitch(netvsc.PathVF, t2)
 	r.rx.waitPath(t, true, 500)
 	acc := r.settle()
 
@@ -656,17 +721,25 @@ func TestVFFailoverGracefulServicing(t *testing.T) {
 		t.Errorf("%d unicast frames reordered over 3 switches", cross)
 	}
 
-	// Per path: nothing on the VF before the host steered there; unicast
-	// on the VF while switched; broadcasts always synthetic.
-	steer, ok := r.simEvent(sim.VFGuestSwitchVF, t0)
-	if !ok {
-		t.Fatal("the host never processed a switch to the VF")
+	// Per path, by when the host was handed each frame: nothing on the
+	// VF before the host first steered there; unicast on the VF while it
+	// steered (from processing the guest's switch to its own switch back);
+	// broadcasts always synthetic.
+	windows := r.steeringWindows(t0)
+	if len(windows) != 2 {
+		t.Fatalf("%d steering windows, want 2: %+v", len(windows), r.vf.Events())
 	}
+	r.port.mu.Lock()
+	sentAt := r.port.sentAt
+	r.port.mu.Unlock()
 	var uniIn, uniVF, bcast, bcastVF int
-	windows := [][2]time.Time{{on1.Done, off.Observed}, {on2.Done, time.Now()}}
 	for _, rec := range recs {
-		if rec.vf && rec.at.Before(steer.Time) {
-			t.Errorf("frame %d on the VF before the host steered there", rec.seq)
+		at, ok := sentAt[rec.seq]
+		if !ok {
+			continue // a marker
+		}
+		if rec.vf && at.Before(windows[0][0]) {
+			t.Errorf("frame %d on the VF, sent before the host steered there", rec.seq)
 		}
 		if rec.kind == kindBcast {
 			bcast++
@@ -676,7 +749,7 @@ func TestVFFailoverGracefulServicing(t *testing.T) {
 			continue
 		}
 		for _, w := range windows {
-			if rec.at.After(w[0]) && rec.at.Before(w[1]) {
+			if at.After(w[0]) && at.Before(w[1]) {
 				uniIn++
 				if rec.vf {
 					uniVF++
@@ -688,7 +761,7 @@ func TestVFFailoverGracefulServicing(t *testing.T) {
 		t.Errorf("%d of %d broadcasts arrived on the VF", bcastVF, bcast)
 	}
 	if uniIn == 0 || float64(uniVF) < 0.99*float64(uniIn) {
-		t.Errorf("%d of %d unicast frames received while switched came over the VF (want >= 99%%)", uniVF, uniIn)
+		t.Errorf("%d of %d unicast frames sent while the host steered to the VF came over it (want >= 99%%)", uniVF, uniIn)
 	}
 	// The counters agree with what the frames said.
 	gst := r.nic.VFStatus()
@@ -698,9 +771,6 @@ func TestVFFailoverGracefulServicing(t *testing.T) {
 	}
 	if gst.Reasons[netvsc.ReasonVFReady] != 2 || gst.TimeVF <= 0 || gst.TimeSynthetic <= 0 {
 		t.Errorf("switch reasons %v, time on VF %v, synthetic %v", gst.Reasons, gst.TimeVF, gst.TimeSynthetic)
-	}
-	if v := r.host.Violations(); len(v) != 0 {
-		t.Errorf("host violations: %v", v)
 	}
 	t.Logf("host->guest %d frames (%d unicast while switched, %d on the VF; %d broadcasts), guest->host %d; "+
 		"unicast reordered at the switches: %d host->guest, %d guest->host; time on VF %v, synthetic %v; attach %s/%s",
