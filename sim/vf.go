@@ -246,10 +246,10 @@ type vfCounters struct {
 type VFStats struct {
 	// RxPackets and RxBytes: frames the host steered to the guest through
 	// the VF. RxErrors: steered frames the host end refused (the VF went
-	// away under them). Exceptions: frames for the guest that went
-	// synthetic while the guest was switched to the VF (broadcast,
-	// multicast, TCP SYN: the exception traffic of docs/uio-contract.md
-	// §8).
+	// away under them). Exceptions: frames that went synthetic while the
+	// guest was switched to the VF: broadcast, multicast, TCP SYN, and
+	// frames not for the NIC's MAC, tagged or above the MTU
+	// (docs/uio-contract.md §8).
 	RxPackets, RxBytes, RxErrors, Exceptions uint64
 	// TxPackets and TxBytes: frames the guest sent on the VF, forwarded to
 	// the port.
