@@ -42,10 +42,12 @@ $(OUT)/ringpeer:
 	$(TOOLS)/ringpeer/build.sh $(OUT)
 
 # DPDK's unmodified netvsc PMD (Debian's dpdk-testpmd) against `vmbusd sim`:
-# every run must PASS with zero guest violations (needs root; installs dpdk).
+# every run must PASS with zero guest violations (needs root; installs dpdk),
+# then the same PMD with a net_af_xdp VF against `vmbusd sim --vf`.
 dpdk-guest:
 	@test -n "$(TOOLS)" || { echo "dpdk-guest sources not found: set TOOLS=/path/to/shared/tools"; exit 1; }
 	DPDK_GUEST=$(TOOLS)/dpdk-guest ./.ci/dpdk-guest 8
+	DPDK_GUEST=$(TOOLS)/dpdk-guest ./.ci/dpdk-guest-vf
 
 test: vet unit fuzz interop dpdk-guest
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -92,6 +93,15 @@ type Config struct {
 	NoOffloads bool
 	// RSSKey is the 40-byte Toeplitz key (nil: Microsoft's default).
 	RSSKey []byte
+	// VF says whether the NIC pairs and drives the accelerated-networking
+	// VF the host associates with it (vf.go): VFOff (the zero value),
+	// VFAuto or VFRequired.
+	VF VFMode
+	// VFXDP configures the VF's AF_XDP data path; the zero value opens a
+	// socket on every RX queue, zero-copy where the driver offers it.
+	VFXDP afxdp.Config
+	// VFTimeout bounds Open's wait for a VFRequired VF (0: 30 s).
+	VFTimeout time.Duration
 	// Kernel overrides the uio semantics detected from the kernel.
 	Kernel *vmbus.Kernel
 	Logger *slog.Logger

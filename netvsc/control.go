@@ -801,6 +801,7 @@ func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 		}
 		s.vf.Store(v)
 		s.log.Info("VF association", "allocated", m.Allocated != 0, "serial", m.Serial)
+		s.nic.vfAssociation(s, m.Allocated != 0, m.Serial)
 	case NVSPMsg4TypeSwitchDataPath:
 		var m NVSPSwitchDataPath
 		if err := m.Unmarshal(b); err != nil {
@@ -808,6 +809,7 @@ func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 		}
 		s.vfPath.Store(m.ActiveDataPath)
 		s.log.Info("host switched the data path", "vf", m.ActiveDataPath == DataPathVF)
+		s.nic.vfHostSwitch(s, m.ActiveDataPath)
 	}
 	// Linux ignores completion-requested on host inband packets and
 	// openvmm never waits for one (netvsc.md §2.9): no completion sent.

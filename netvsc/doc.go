@@ -7,8 +7,11 @@
 // sections or GPA-direct, multi-queue with RSS, offloads, link state, VF
 // association, hybrid polling, counters; see README.md).
 //
-// It knows nothing of TAP devices, netlink or Prometheus: cmd/vmbusd attaches
-// the NIC to the host network stack and exports its counters.
+// It knows nothing of TAP devices or Prometheus: cmd/vmbusd attaches the NIC
+// to the host network stack and exports its counters. Its only contact with
+// the kernel's network stack is the accelerated-networking VF (vf.go): the
+// VF's netdev, found under the root and handled with rtnetlink, and its
+// AF_XDP data path (package afxdp).
 //
 // The wire-format half (nvsp*.go, rndis*.go, ppi.go, oid.go, rss.go) is shared by the
 // guest driver and by sim/'s NetVSP, so every message can be both encoded

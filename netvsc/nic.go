@@ -47,6 +47,9 @@ type NIC struct {
 
 	evMu   sync.Mutex
 	events map[string]uint64
+
+	vf     *vfManager // nil with Config.VF off
+	opened time.Time
 }
 
 // Link is the NIC's link state as the host reports it.
@@ -148,12 +151,25 @@ func Open(ctx context.Context, dev vmbus.Device, cfg Config) (*NIC, error) {
 			return nil, err
 		}
 	}
-	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("nic", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{}}
+	if cfg.VF < VFOff || cfg.VF > VFRequired {
+		return nil, fmt.Errorf("netvsc: VF mode %d", int(cfg.VF))
+	}
+	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("nic", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{},
+		opened: time.Now()}
+	if cfg.VF != VFOff {
+		n.vf = newVFManager(n, cfg)
+	}
 	s, err := n.bringUp(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	n.sess.Store(s)
+	if n.vf != nil {
+		if err := n.startVF(ctx); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -342,6 +358,9 @@ func (n *NIC) Reconfigure(ctx context.Context, mtu, queues int) error {
 		return err
 	}
 	old := n.session()
+	if n.vf != nil {
+		n.vf.leave(ReasonReconfigure)
+	}
 	old.stop(ErrReconfigured)
 	n.reconfigures.Add(1)
 	s, err := n.bringUp(ctx, cfg)
@@ -371,6 +390,9 @@ func (n *NIC) Close() error {
 		return nil
 	}
 	n.closed = true
+	if n.vf != nil {
+		n.vf.close() // synthetic first, then the sockets go
+	}
 	return n.session().stop(ErrClosed)
 }
 
@@ -540,6 +562,7 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 		txDone:  make([]*Packet, 0, 256),
 		segBuf:  make([]byte, s.mtu+EthernetHeaderSize),
 		sec:     newIdxRing(1),
+		vf:      s.nic.vfQueue(idx),
 	}
 	for i := range gpaSlots {
 		q.gpa.put(uint32(i))

@@ -91,7 +91,8 @@ type Queue struct {
 	wctx        [2]waitCtx
 	interrupted error
 
-	c queueCounters
+	c  queueCounters
+	vf *vfQueue // the VF path (vf_path.go); nil with Config.VF off
 }
 
 type waitCtx struct {
@@ -170,6 +171,9 @@ func (q *Queue) RxBurst(pkts []*Packet) int {
 		q.drainLocked()
 		n = q.outN
 		q.out, q.outN = nil, 0
+	}
+	if n < len(pkts) && q.vf != nil {
+		n += q.vfRx(pkts[n:]) // the synthetic ring first, then the VF
 	}
 	q.inMu.Unlock()
 	return n
@@ -441,7 +445,7 @@ func (q *Queue) acksPending() bool {
 // rxReady reports, without locks, whether RxBurst would find something:
 // staged packets or unread bytes in the inbound ring.
 func (q *Queue) rxReady() bool {
-	if q.stCount.Load() > 0 {
+	if q.stCount.Load() > 0 || q.vfPending() {
 		return true
 	}
 	_, in := q.ch.RingUsage()
@@ -536,6 +540,9 @@ func (q *Queue) sleep(ctx context.Context, role int) error {
 	wctx, err := q.waitContext(ctx, role)
 	if err != nil {
 		return err
+	}
+	if role == 0 && q.vfArm() {
+		return nil // the VF has frames: no sleep
 	}
 	q.c.idleSleeps.inc()
 	err = q.ch.WaitReadable(wctx)

@@ -44,6 +44,13 @@ func (q *Queue) TxBurst(pkts []*Packet) int {
 	if len(pkts) == 0 || q.s.err() != nil {
 		return 0
 	}
+	if q.vf != nil && q.vf.txOn.Load() {
+		n, ok := q.vfTx(pkts)
+		if ok || n == len(pkts) {
+			return n
+		}
+		return n + q.TxBurst(pkts[n:]) // the VF is going: the rest synthetic
+	}
 	q.txMu.Lock()
 	if q.s.err() != nil { // stopped while we waited for the lock
 		q.txMu.Unlock()
@@ -342,6 +349,9 @@ func (q *Queue) takeGPA() (uint32, bool) {
 // itself when nobody else is draining.
 func (q *Queue) WaitTx(ctx context.Context) error {
 	s := q.s
+	if q.vf != nil && q.vf.txOn.Load() {
+		return q.vfWaitTx(ctx)
+	}
 	for {
 		if err := s.err(); err != nil {
 			return err

@@ -116,6 +116,9 @@ type NICConfig struct {
 	VF uint32
 	// VFDelay is openvmm's 1 s before offering the VF; 0 means 1 s.
 	VFDelay time.Duration
+	// VFStandIn, with VF, stands a veth pair in for the VF, with its PCI
+	// device under R, and lets the host steer traffic to it (vf.go).
+	VFStandIn *VFConfig
 	// ControlDelay delays every RNDIS control completion (a slow VSP;
 	// Azure's take up to 15 s).
 	ControlDelay time.Duration
@@ -187,6 +190,7 @@ type NIC struct {
 	ctlDelay atomic.Int64 // ControlDelay, changed by SetControlDelay
 	port     atomic.Pointer[Port]
 	sess     atomic.Pointer[nicSession]
+	vf       *VF // the VF stand-in, or nil
 
 	linkMu    sync.Mutex
 	linkUp    bool // what the host reports (OID_GEN_MEDIA_CONNECT_STATUS)
@@ -233,6 +237,12 @@ func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) {
 		return nil, err
 	}
 	n.dev = d
+	if cfg.VFStandIn != nil {
+		if n.vf, err = newVF(n, *cfg.VFStandIn); err != nil {
+			d.Rescind()
+			return nil, err
+		}
+	}
 	h.wg.Add(1)
 	go n.runLink()
 	n.log.Info("nic offered", "instance", d.Instance().String(), "mtu", cfg.MTU, "max_queues", cfg.MaxQueues,
@@ -309,6 +319,13 @@ func (c *NICConfig) fill() error {
 	if c.VFDelay == 0 {
 		c.VFDelay = DefaultVFDelay
 	}
+	if c.VFStandIn != nil {
+		if c.VF == 0 {
+			c.VF = 1
+		}
+		v := *c.VFStandIn
+		c.VFStandIn = &v
+	}
 	if c.QueueLen == 0 {
 		c.QueueLen = DefaultNICQueueLen
 	}
@@ -364,6 +381,9 @@ func (n *NIC) Remove() error {
 func (n *NIC) stop() {
 	n.closeOnce.Do(func() {
 		close(n.done)
+		if n.vf != nil {
+			n.vf.close()
+		}
 		n.Detach()
 	})
 }
@@ -387,6 +407,9 @@ func (n *NIC) Deliver(frames [][]byte) int {
 	if ss == nil {
 		n.st.rxNoGuest.Add(uint64(len(frames)))
 		return 0
+	}
+	if n.vf != nil {
+		return n.vf.deliver(ss, frames)
 	}
 	return ss.deliver(frames)
 }
@@ -553,6 +576,8 @@ type NICStats struct {
 	Channels                 int // channels open in the current session
 	LinkUp                   bool
 	DataPathVF               bool
+	// VF is the VF path's counters and state (with NICConfig.VFStandIn).
+	VF VFStats
 	// PerChannel has one entry per channel index (0 = primary) ever used.
 	PerChannel []ChannelCounters
 }
@@ -584,6 +609,9 @@ func (n *NIC) Stats() NICStats {
 	s.mu.Lock()
 	st.PerChannel = slices.Clone(s.chans)
 	s.mu.Unlock()
+	if n.vf != nil {
+		st.VF = n.vf.Stats()
+	}
 	if ss := n.sess.Load(); ss != nil {
 		cfg := ss.cfg.Load()
 		st.NVSPVersion, st.NDISVersion, st.MTU = cfg.version, cfg.ndisVersion, cfg.mtu

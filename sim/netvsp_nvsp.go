@@ -35,6 +35,9 @@ package sim
 //	            SET before INITIALIZE; request id 0; query of an NDIS object
 //	            without its header; bad OID value; RSS changed without
 //	            disabling it first; RNDIS message the guest may not send
+//	vf          SWITCH_DATA_PATH to a path other than synthetic (0) or VF (1);
+//	            SWITCH_DATA_PATH to the VF in a session that never had a VF
+//	            association
 //	ring        corrupt guest ring (vmbus.CorruptKind)
 
 import (
@@ -198,6 +201,20 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 			return malformed()
 		}
 		vf := m.ActiveDataPath == netvsc.DataPathVF
+		switch {
+		case m.ActiveDataPath > netvsc.DataPathVF:
+			ss.violation("SWITCH_DATA_PATH to an unknown data path")
+		case vf && !ss.nv.vfEver:
+			// A guest switches after an association; one withdrawn
+			// meanwhile is a race, not a fault.
+			ss.violation("SWITCH_DATA_PATH to the VF without a VF association")
+		}
+		// Noted first, so that no frame steered by it predates the note.
+		if vf {
+			ss.n.vfNote(VFGuestSwitchVF, "")
+		} else {
+			ss.n.vfNote(VFGuestSwitchSynth, "")
+		}
 		ss.publish(func(c *sessCfg) { c.dataPathVF = vf })
 		ss.log.Info("data path switched", "vf", vf)
 		// Linux >= 5.12 waits for this empty completion (netvsc.md §2.9).

@@ -85,6 +85,7 @@ type nvspState struct {
 	opened                  int // sub-channels open
 	tableSent               bool
 	vfOffered               bool // VF_ASSOCIATION{1} sent and not withdrawn
+	vfEver                  bool // VF_ASSOCIATION{1} sent in this session
 	vfDue                   time.Time
 	rndisInit               bool
 	halted                  bool
@@ -104,6 +105,7 @@ type ctlEvent struct {
 	delay time.Duration
 	due   time.Time
 	ch    *Channel
+	done  chan struct{} // closed once handled (evVF)
 }
 
 const (
@@ -638,6 +640,9 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 		}
 	case evVF:
 		ss.offerVF(ch, ev.up)
+		if ev.done != nil {
+			close(ev.done)
+		}
 	case evSubchannel:
 		c := newNICChan(ss, ev.ch, int(ev.ch.sub))
 		c.initRings(cfg)
@@ -705,6 +710,7 @@ func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 		b := netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathSynthetic}.Marshal(ss.nvBuf[:0])
 		ch.c.Send(vmbus.PacketInband, vmbus.FlagCompletionRequested, hostRequestTID|1, nil, ss.nvspMsg(b))
 		ss.publish(func(c *sessCfg) { c.dataPathVF = false })
+		ss.n.vfNote(VFHostSwitchSent, "")
 	}
 	var a uint32
 	if present {
@@ -716,7 +722,13 @@ func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 		return
 	}
 	ss.nv.vfOffered = present
+	ss.nv.vfEver = ss.nv.vfEver || present
 	ss.log.Info("VF association sent", "allocated", present, "serial", ss.n.cfg.VF)
+	if present {
+		ss.n.vfNote(VFAssociationSent, fmt.Sprint(ss.n.cfg.VF))
+	} else {
+		ss.n.vfNote(VFWithdrawalSent, fmt.Sprint(ss.n.cfg.VF))
+	}
 }
 
 // indicate queues an INDICATE_STATUS for the guest (no delay).

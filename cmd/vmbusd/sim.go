@@ -91,8 +91,10 @@ func runSim(ctx context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "hvsock connect %s front %s\n", filepath.Join(h.Root(), "dev", "vmbus-tl"), cfg.SocketBase)
 	}
+	stopVF := nicFl.vf.serve(ctx, out, log)
 	fmt.Fprintf(out, "ready root %s profile %s\n", h.Root(), prof)
 	<-ctx.Done()
+	stopVF()
 	if hv != nil {
 		hv.Close()
 	}

@@ -1,0 +1,27 @@
+//go:build linux
+
+package afxdp_test
+
+import "testing"
+
+func TestRxPendingFollowsTheRing(t *testing.T) {
+	a, b := vethPair(t, 1)
+	p := openPort(t, b, smallConfig())
+	rx := p.Sockets()[0]
+	tx := openSocket(t, a, 0, smallConfig())
+	if rx.RxPending() {
+		t.Fatal("pending before any frame")
+	}
+	sendAll(t, tx, [][]byte{testFrame(64, 0, 1), testFrame(64, 0, 2)})
+	waitFor(t, "frames pending", rx.RxPending)
+	recvN(t, rx, 2)
+	if rx.RxPending() {
+		t.Error("pending after every frame was taken")
+	}
+	sendAll(t, tx, [][]byte{testFrame(64, 0, 3)})
+	waitFor(t, "a frame pending", rx.RxPending)
+	p.Close()
+	if rx.RxPending() {
+		t.Error("pending on a closed socket")
+	}
+}
