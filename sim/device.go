@@ -137,12 +137,10 @@ func (h *Host) AddDevice(cfg DeviceConfig) (*Device, error) {
 	d := &Device{host: h, cfg: cfg, relid: h.nextRelID, mon: -1, uioN: -1, gone: make(chan struct{})}
 	h.nextRelID++
 	if !cfg.NotMonitored {
-		if h.nextMon >= vmbus.MaxMonitorID {
+		if d.mon = h.allocMonitorLocked(); d.mon < 0 {
 			h.mu.Unlock()
 			return nil, fmt.Errorf("sim: out of monitor ids")
 		}
-		d.mon = h.nextMon
-		h.nextMon++
 	}
 	if cfg.RecvBuffer > 0 {
 		d.recvGPADL, d.sendGPADL = h.nextGPADL, h.nextGPADL+1
@@ -157,6 +155,7 @@ func (h *Host) AddDevice(cfg DeviceConfig) (*Device, error) {
 		h.mu.Lock()
 		delete(h.devs, cfg.Instance)
 		h.mu.Unlock()
+		h.freeMonitor(d.mon)
 		d.releaseBuffers()
 		return nil, err
 	}
@@ -308,6 +307,7 @@ func (d *Device) Rescind() error {
 	h.mu.Lock()
 	delete(h.devs, d.cfg.Instance)
 	h.mu.Unlock()
+	h.freeMonitor(d.mon)
 	d.releaseBuffers()
 	h.log.Info("device rescinded", "instance", d.cfg.Instance.String())
 	return err

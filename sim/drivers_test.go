@@ -570,3 +570,22 @@ func drvWaitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestRescindReturnsTheMonitorID(t *testing.T) {
+	h := drvTestHost(t, DefaultProfile)
+	// More offers than there are monitor ids: each rescind gives its id
+	// back, so the next offer gets it again (the lowest free one).
+	first := -1
+	for i := 0; i < 2*vmbus.MaxMonitorID; i++ {
+		d := drvAdd(t, h, DeviceConfig{Class: vmbus.ClassTest, Driver: DriverNone})
+		if first < 0 {
+			first = d.MonitorID()
+		}
+		if d.MonitorID() != first {
+			t.Fatalf("offer %d got monitor id %d, want the freed %d", i, d.MonitorID(), first)
+		}
+		if err := d.Rescind(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -43,7 +43,8 @@ type Host struct {
 	mu        sync.Mutex
 	devs      map[vmbus.GUID]*Device
 	nextRelID uint32
-	nextMon   int
+	monUsed   [vmbus.MaxMonitorID]bool // monitor ids held by an offered channel
+	monEver   [vmbus.MaxMonitorID]bool // ids ever given out (a stale bit on one is no violation)
 	nextGPADL uint32
 	monitored map[int]*Channel // monitor id -> channel, while its device is open
 	monKick   chan struct{}
@@ -267,6 +268,30 @@ func sleepUntilNext(prev int64, interval time.Duration) int64 {
 	return next
 }
 
+// allocMonitorLocked gives out the lowest free monitor id, or -1 when all
+// are held. Ids come back when their channel's offer ends (a rescind, or
+// the sub-channels of a closed session), as the host reuses them: without
+// reuse a device re-offered often enough would run out. h.mu is held.
+func (h *Host) allocMonitorLocked() int {
+	for id := range h.monUsed {
+		if !h.monUsed[id] {
+			h.monUsed[id], h.monEver[id] = true, true
+			return id
+		}
+	}
+	return -1
+}
+
+// freeMonitor returns a monitor id given out by allocMonitorLocked.
+func (h *Host) freeMonitor(id int) {
+	if id < 0 {
+		return
+	}
+	h.mu.Lock()
+	h.monUsed[id] = false
+	h.mu.Unlock()
+}
+
 // registerMonitor makes the scanner watch a channel's monitor bit.
 func (h *Host) registerMonitor(id int, c *Channel) {
 	h.mu.Lock()
@@ -369,7 +394,7 @@ func (h *Host) runMonitor() {
 				id := g*32 + b
 				h.mu.Lock()
 				c := h.monitored[id]
-				allocated := id < h.nextMon
+				allocated := h.monEver[id]
 				h.mu.Unlock()
 				if c == nil {
 					// A guest that signalled just before it closed its

@@ -27,6 +27,7 @@ type Session struct {
 
 	mu       sync.Mutex
 	chans    []*Channel // primary first
+	subMons  []int      // monitor ids given to this session's sub-channel offers
 	stopped  bool
 	stopOnce sync.Once
 	done     chan struct{}
@@ -135,6 +136,13 @@ func (s *Session) stop() {
 				}
 			}
 		}
+		s.mu.Lock()
+		mons := s.subMons
+		s.subMons = nil
+		s.mu.Unlock()
+		for _, id := range mons {
+			s.dev.host.freeMonitor(id)
+		}
 		unmapMem(s.ringMem)
 		s.ringFile.Close()
 		close(s.done)
@@ -196,9 +204,10 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 	for i, o := range offers {
 		p := pending{relid: h.nextRelID, mon: -1, sub: uint16(base + i), offer: o}
 		h.nextRelID++
-		if !d.cfg.NotMonitored && h.nextMon < vmbus.MaxMonitorID {
-			p.mon = h.nextMon
-			h.nextMon++
+		if !d.cfg.NotMonitored {
+			if p.mon = h.allocMonitorLocked(); p.mon >= 0 {
+				s.subMons = append(s.subMons, p.mon)
+			}
 		}
 		ps = append(ps, p)
 	}
