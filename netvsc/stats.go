@@ -45,6 +45,7 @@ type queueCounters struct {
 	txGPA       ctr // frames sent GPA-direct
 	txSegmented ctr // oversized frames cut in software (Linux tx_scattered's role)
 	txSegments  ctr // the frames that produced
+	txLSO       ctr // large sends handed to the host (LSOv2), whole or cut to fit a section
 	txSections  ctr // NVSP sends of send-buffer sections
 	txVLANMoved ctr // in-frame 802.1Q tags moved into the per-packet info
 	stopQueue   ctr // TX found no resources
@@ -65,6 +66,9 @@ type QueueStats struct {
 	TxCompletions, TxFailed, RxXfers       uint64
 	RxCompSent, RxPPIErrors, TxVLANMoved   uint64
 	StopQueue                              uint64
+	// TxLSO counts large sends handed to the host with the LSOv2
+	// per-packet info (the host cuts them into segments).
+	TxLSO uint64
 	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
 	// asleep on the interrupt fd (hybrid: both; poll: only the first).
 	PollSeconds, SleepSeconds float64
@@ -84,7 +88,7 @@ func (q *Queue) stats() QueueStats {
 		TxSegmented: c.txSegmented.load(), TxSegments: c.txSegments.load(), TxSections: c.txSections.load(),
 		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
-		StopQueue:   c.stopQueue.load(),
+		StopQueue: c.stopQueue.load(), TxLSO: c.txLSO.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
 		Channel: q.ch.Stats(),
 	}
@@ -151,6 +155,7 @@ func (s *Stats) Ethtool() []Named {
 			Named{fmt.Sprintf("tx_queue_%d_copied", n), q.TxCopied},
 			Named{fmt.Sprintf("tx_queue_%d_gpa_direct", n), q.TxGPA},
 			Named{fmt.Sprintf("tx_queue_%d_segmented", n), q.TxSegmented},
+			Named{fmt.Sprintf("tx_queue_%d_lso", n), q.TxLSO},
 			Named{fmt.Sprintf("tx_queue_%d_sections", n), q.TxSections},
 			Named{fmt.Sprintf("tx_queue_%d_failed", n), q.TxFailed},
 			Named{fmt.Sprintf("rx_queue_%d_too_big", n), q.RxTooBig},

@@ -114,6 +114,9 @@ func (q *Queue) txOne(p *Packet) bool {
 		switch q.copyFrame(frame, &info) {
 		case copyOK:
 			q.c.txCopied.inc()
+			if info.Has&InfoLSO != 0 {
+				q.c.txLSO.inc()
+			}
 			q.txDone = append(q.txDone, p)
 			return true
 		case copyRingFull:
@@ -129,6 +132,9 @@ func (q *Queue) txOne(p *Packet) bool {
 	}
 	if p.pool.gpa != nil && (len(frame) <= maxFrame || info.Has&InfoLSO != 0) {
 		return q.sendGPA(p, &info)
+	}
+	if p.Meta.Flags&MetaTxLSO != 0 && s.off.lso(p.Meta.Flags, 0) {
+		return q.sendLSOPieces(p, &info)
 	}
 	return q.segment(p, &info)
 }
@@ -163,7 +169,9 @@ func (q *Queue) txInfo(p *Packet, info *PacketInfo) {
 		}
 		info.SetChecksum(uint32(NewTxChecksum(c, int(m.L4Off))))
 	}
-	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) && p.pool.gpa != nil {
+	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) {
+		// Whole: in a section when it fits (Linux copies any send smaller
+		// than a section), else GPA-direct; txOne cuts it otherwise.
 		info.SetLSO(NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
 	}
 }
@@ -178,10 +186,22 @@ const (
 
 // copyFrame appends a PACKET_MSG to the open section, or opens one.
 func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
+	dst, r := q.allocFrame(len(frame), info)
+	if r == copyOK {
+		copy(dst, frame)
+	}
+	return r
+}
+
+// allocFrame writes the header and per-packet info of an n-byte frame's
+// PACKET_MSG into the open section (or a new one) and returns where the
+// frame goes, for the caller to fill before the section is flushed.
+func (q *Queue) allocFrame(n int, info *PacketInfo) ([]byte, copyResult) {
 	s := q.s
-	need := RNDISPacketHeaderSize + info.PPILen() + len(frame)
+	hdr := RNDISPacketHeaderSize + info.PPILen()
+	need := hdr + n
 	if need > s.aggMax {
-		return copyNoSection // the callers check; a section could never hold it
+		return nil, copyNoSection // the callers check; a section could never hold it
 	}
 	c := &q.cur
 	if c.open {
@@ -192,27 +212,27 @@ func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
 				pos = -1 // cannot happen: pos is the padded end
 			}
 			if pos >= 0 {
-				PutRNDISPacket(sec[pos:], info, frame)
+				PutRNDISPacketHeader(sec[pos:], info, n)
 				c.used, c.last = pos+need, pos
 				c.frames++
-				c.bytes += len(frame)
-				return copyOK
+				c.bytes += n
+				return sec[pos+hdr : pos+need], copyOK
 			}
 		}
 		q.flushSection()
 	}
 	if q.ch.Out().Free() <= 2*nvspSendSize {
 		q.c.txBusy.inc()
-		return copyRingFull
+		return nil, copyRingFull
 	}
 	idx, ok := q.takeSection()
 	if !ok {
-		return copyNoSection
+		return nil, copyNoSection
 	}
 	sec := s.send.section(int(idx))
-	PutRNDISPacket(sec, info, frame)
-	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: len(frame)}
-	return copyOK
+	PutRNDISPacketHeader(sec, info, n)
+	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: n}
+	return sec[hdr:need], copyOK
 }
 
 func (q *Queue) takeSection() (uint32, bool) {
@@ -291,6 +311,9 @@ func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
 		return false
 	}
 	q.c.txGPA.inc()
+	if info.Has&InfoLSO != 0 {
+		q.c.txLSO.inc()
+	}
 	return true
 }
 
