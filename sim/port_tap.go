@@ -23,6 +23,7 @@ package sim
 // CAP_NET_ADMIN.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -382,7 +383,7 @@ func (t *TAP) initIO() error {
 	t.rc = rc
 	t.writers = make(chan *tapWriter, 4)
 	for range cap(t.writers) {
-		w := &tapWriter{}
+		w := &tapWriter{parts: make([][]byte, 0, tapMaxMerge)}
 		w.fn = func(fd uintptr) bool { w.write(fd); return true }
 		t.writers <- w
 	}
@@ -504,33 +505,44 @@ func finishChecksum(f []byte, start, off int) bool {
 }
 
 // tapWriter is one writer's scratch: a virtio-net header and the iovec
-// naming it and the frame. A few of them circulate through TAP.writers,
-// so concurrent Transmits (one per channel) neither allocate nor wait.
+// naming it and the frame's parts. A few of them circulate through
+// TAP.writers, so concurrent Transmits (one per channel) neither allocate
+// nor wait.
 type tapWriter struct {
 	hdr   [vnetHdrLen]byte
-	iov   [2]unix.Iovec
-	frame []byte
+	iov   [1 + tapMaxMerge]unix.Iovec
+	parts [][]byte // the frame: the head with its headers, then payloads
 	vnet  bool
 	err   error
 	fn    func(fd uintptr) bool
 }
+
+// tapMaxMerge bounds the frames written as one super-frame.
+const tapMaxMerge = 64
 
 // write is the RawConn callback: one writev of header and frame (the fd
 // stays open while it runs).
 func (w *tapWriter) write(fd uintptr) {
 	w.err = nil
 	if !w.vnet {
-		_, w.err = unix.Write(int(fd), w.frame)
+		_, w.err = unix.Write(int(fd), w.parts[0])
 		return
 	}
-	w.iov[0].Base, w.iov[1].Base = &w.hdr[0], &w.frame[0]
+	w.iov[0].Base = &w.hdr[0]
 	w.iov[0].SetLen(vnetHdrLen)
-	w.iov[1].SetLen(len(w.frame))
-	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), 2)
+	n := 1
+	for _, p := range w.parts {
+		if len(p) > 0 {
+			w.iov[n].Base = &p[0]
+			w.iov[n].SetLen(len(p))
+			n++
+		}
+	}
+	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(n))
 	if e != 0 {
 		w.err = e
 	}
-	w.iov[0].Base, w.iov[1].Base = nil, nil
+	clear(w.iov[:n])
 }
 
 // Transmit implements Port: one write per frame.
@@ -540,6 +552,12 @@ func (t *TAP) Transmit(frames [][]byte) { t.TransmitOffload(frames, nil) }
 // with a virtio-net header carrying its remaining work (a large send the
 // kernel cuts, or a checksum it finishes). Without a header (a veth, or
 // NoOffloads) only complete frames come here (Offloads is false).
+//
+// The kernel side receives as a host with GRO receives from a real wire:
+// consecutive large sends (and segments) of one TCP flow in a batch, in
+// sequence, are handed over as one super-frame (mergeRun), as a guest
+// without a GPA pool sends a 64 KiB super-frame as one large send per
+// send section.
 func (t *TAP) TransmitOffload(frames [][]byte, offs []FrameOffload) {
 	if t.closed.Load() || len(frames) == 0 {
 		return
@@ -547,17 +565,22 @@ func (t *TAP) TransmitOffload(frames [][]byte, offs []FrameOffload) {
 	w := <-t.writers
 	defer func() { t.writers <- w }()
 	w.vnet = t.vnet
-	for i, f := range frames {
+	for i := 0; i < len(frames); {
+		f := frames[i]
+		j := i + 1
+		w.hdr = [vnetHdrLen]byte{}
+		w.parts = append(w.parts[:0], f)
+		if offs != nil && t.vnet {
+			if j = mergeRun(frames, offs, i, w); j == i+1 {
+				putVnetHdr(&w.hdr, f, offs[i])
+			}
+		}
+		i = j
 		if len(f) == 0 {
 			continue
 		}
-		w.hdr = [vnetHdrLen]byte{}
-		if offs != nil {
-			putVnetHdr(&w.hdr, f, offs[i])
-		}
-		w.frame = f
 		err := t.rc.Write(w.fn)
-		w.frame = nil
+		clear(w.parts)
 		if err == nil {
 			err = w.err
 		}
@@ -567,6 +590,121 @@ func (t *TAP) TransmitOffload(frames [][]byte, offs []FrameOffload) {
 		}
 		t.tx.Add(1)
 	}
+}
+
+// lsoSegment is what mergeRun reads from a candidate frame.
+type lsoSegment struct {
+	l4, pl  int // TCP header, payload
+	seq     uint32
+	flags   uint8
+	payload int
+}
+
+// mergeable parses a frame with its offload for merging: TCP over IPv4
+// without options or over IPv6, untagged, flags ACK or ACK|PSH, a partial
+// checksum (the host's own offload) and some payload.
+func mergeable(f []byte, o FrameOffload, s *lsoSegment) bool {
+	if o.CsumStart == 0 || o.CsumOffset != 16 || len(f) < ethHeaderLen+ipv6Header+tcpMinHeader {
+		return false
+	}
+	switch be.Uint16(f[12:]) {
+	case ethTypeIPv4:
+		if f[ethHeaderLen] != 0x45 || f[ethHeaderLen+9] != ipProtoTCP || be.Uint16(f[ethHeaderLen+6:])&0x3fff != 0 ||
+			int(be.Uint16(f[ethHeaderLen+2:])) != len(f)-ethHeaderLen {
+			return false
+		}
+		s.l4 = ethHeaderLen + ipv4MinHeader
+	case ethTypeIPv6:
+		if f[ethHeaderLen+6] != ipProtoTCP || int(be.Uint16(f[ethHeaderLen+4:])) != len(f)-ethHeaderLen-ipv6Header {
+			return false
+		}
+		s.l4 = ethHeaderLen + ipv6Header
+	default:
+		return false
+	}
+	if int(o.CsumStart) != s.l4 {
+		return false
+	}
+	s.pl = s.l4 + int(f[s.l4+12]>>4)*4
+	s.flags = f[s.l4+13]
+	if s.pl < s.l4+tcpMinHeader || s.pl >= len(f) || (s.flags != 0x10 && s.flags != 0x18) {
+		return false
+	}
+	s.seq = be.Uint32(f[s.l4+4:])
+	s.payload = len(f) - s.pl
+	return true
+}
+
+// mergeRun gathers into w.parts the frames from i on that continue frame
+// i's large send in sequence and returns the index after the run; for a
+// run of more than one it fixes up the head's headers and writes w.hdr.
+// Every frame joins only if it is a whole number of segments of the same
+// MSS (the last may be shorter), with the same Ethernet, IP and TCP
+// header fields but length, id, checksum, sequence number and PSH, the
+// run closing at PSH.
+func mergeRun(frames [][]byte, offs []FrameOffload, i int, w *tapWriter) int {
+	h, oh := frames[i], offs[i]
+	var hs, s lsoSegment
+	if oh.MSS == 0 || !mergeable(h, oh, &hs) {
+		return i + 1
+	}
+	mss := int(oh.MSS)
+	next, total := hs.seq+uint32(hs.payload), hs.payload
+	closed := hs.flags&0x08 != 0 || hs.payload%mss != 0
+	psh := hs.flags&0x08 != 0
+	j := i + 1
+	for ; j < len(frames) && !closed && len(w.parts) < tapMaxMerge; j++ {
+		f, o := frames[j], offs[j]
+		if !mergeable(f, o, &s) || s.pl != hs.pl || s.seq != next || total+s.payload+hs.pl-ethHeaderLen > 0xffff ||
+			(o.MSS != oh.MSS && !(o.MSS == 0 && s.payload <= mss)) {
+			break
+		}
+		if !bytes.Equal(f[:12], h[:12]) || !sameIPHeader(f, h, hs.l4) ||
+			!bytes.Equal(f[s.l4:s.l4+4], h[hs.l4:hs.l4+4]) || // ports
+			!bytes.Equal(f[s.l4+8:s.l4+13], h[hs.l4+8:hs.l4+13]) || // ack, data offset
+			!bytes.Equal(f[s.l4+14:s.l4+16], h[hs.l4+14:hs.l4+16]) || // window
+			!bytes.Equal(f[s.l4+18:s.pl], h[hs.l4+18:hs.pl]) { // urgent pointer, options
+			break
+		}
+		w.parts = append(w.parts, f[s.pl:])
+		next += uint32(s.payload)
+		total += s.payload
+		if s.flags&0x08 != 0 {
+			closed, psh = true, true
+		}
+		if s.payload%mss != 0 {
+			closed = true
+		}
+	}
+	if j == i+1 {
+		return j
+	}
+	end := hs.pl + total
+	if hs.l4 == ethHeaderLen+ipv6Header {
+		be.PutUint16(h[ethHeaderLen+4:], uint16(end-hs.l4))
+	} else {
+		ip := h[ethHeaderLen:hs.l4]
+		be.PutUint16(ip[2:], uint16(end-ethHeaderLen))
+		ip[10], ip[11] = 0, 0
+		be.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip)))
+	}
+	if psh {
+		h[hs.l4+13] |= 0x08
+	}
+	fl := parseFlowAt(h, flow{v6: hs.l4 != ethHeaderLen+ipv4MinHeader, l3: ethHeaderLen})
+	be.PutUint16(h[hs.l4+16:], csum.Fold(pseudoSum(&fl, ipProtoTCP, end-hs.l4)))
+	putVnetHdr(&w.hdr, h, FrameOffload{CsumStart: uint16(hs.l4), CsumOffset: 16, MSS: oh.MSS, IPv6: fl.v6})
+	return j
+}
+
+// sameIPHeader reports whether two frames' IP headers agree in every
+// field but length, id and checksum.
+func sameIPHeader(a, b []byte, l4 int) bool {
+	x, y := a[ethHeaderLen:l4], b[ethHeaderLen:l4]
+	if l4 == ethHeaderLen+ipv6Header {
+		return bytes.Equal(x[0:4], y[0:4]) && bytes.Equal(x[6:], y[6:])
+	}
+	return x[1] == y[1] && bytes.Equal(x[6:10], y[6:10]) && bytes.Equal(x[12:], y[12:])
 }
 
 // putVnetHdr writes the virtio-net header for a frame and its offload.

@@ -235,3 +235,107 @@ func TestTUNOffloadsString(t *testing.T) {
 		t.Errorf("%q", s)
 	}
 }
+
+// piece is a large send as addLSOWhole hands it to an OffloadPort:
+// IPv4, seq, flags, IP length and header checksum set, the TCP checksum
+// partial.
+func piece(seq uint32, flags uint8, payload int) []byte {
+	f := tcpFrame(false, payload)
+	be.PutUint32(f[38:], seq)
+	f[47] = flags
+	for i := 54; i < len(f); i++ {
+		f[i] = byte(seq) + byte(i)
+	}
+	applyTxChecksum(f, netvsc.NewTxChecksum(netvsc.TxChecksumIPv4|netvsc.TxChecksumIPHeader, 34))
+	return partialTCP(f)
+}
+
+func TestTAPPortMergesALargeSendsPieces(t *testing.T) {
+	const mss = 1448
+	lso := FrameOffload{CsumStart: 34, CsumOffset: 16, MSS: mss}
+	one := FrameOffload{CsumStart: 34, CsumOffset: 16}
+	type in struct {
+		f []byte
+		o FrameOffload
+	}
+	seq := uint32(5000)
+	run := func(k int, flags uint8) in { // a piece of k segments
+		p := in{piece(seq, flags, k*mss), lso}
+		seq += uint32(k * mss)
+		return p
+	}
+	tail := func(n int, flags uint8) in {
+		p := in{piece(seq, flags, n), one}
+		seq += uint32(n)
+		return p
+	}
+	cases := []struct {
+		name string
+		ins  func() []in
+		want []int // frames per write
+	}{
+		{"pieces and a short tail", func() []in { return []in{run(4, 0x10), run(4, 0x10), run(4, 0x10), tail(500, 0x18)} }, []int{4}},
+		{"PSH closes the run", func() []in { return []in{run(4, 0x10), run(4, 0x18), run(4, 0x10)} }, []int{2, 1}},
+		{"gap", func() []in { a := run(4, 0x10); seq += 10; return []in{a, run(4, 0x10)} }, []int{1, 1}},
+		{"64 KiB", func() []in {
+			var r []in
+			for range 12 {
+				r = append(r, run(4, 0x10))
+			}
+			return r
+		}, []int{11, 1}},
+		{"plain frame does not start a run", func() []in { return []in{tail(500, 0x10), run(4, 0x10)} }, []int{1, 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seq = 5000
+			ins := c.ins()
+			var frames [][]byte
+			var offs []FrameOffload
+			var payload []byte
+			for _, x := range ins {
+				frames = append(frames, x.f)
+				offs = append(offs, x.o)
+				payload = append(payload, x.f[54:]...)
+			}
+			w := &tapWriter{parts: make([][]byte, 0, tapMaxMerge)}
+			var got []int
+			var joined []byte
+			for i := 0; i < len(frames); {
+				w.parts = append(w.parts[:0], frames[i])
+				w.hdr = [vnetHdrLen]byte{}
+				j := mergeRun(frames, offs, i, w)
+				if j == i+1 {
+					putVnetHdr(&w.hdr, frames[i], offs[i])
+				}
+				got = append(got, j-i)
+				f := bytes.Join(w.parts, nil)
+				if len(f)-14 > 0xffff {
+					t.Fatalf("write of %d IP bytes", len(f)-14)
+				}
+				var h [vnetHdrLen]byte
+				copy(h[:], w.hdr[:])
+				o := FrameOffload{CsumStart: binary.LittleEndian.Uint16(h[6:]), CsumOffset: binary.LittleEndian.Uint16(h[8:]), MSS: binary.LittleEndian.Uint16(h[4:])}
+				if c := rxChecksum(finish(f, o)); c != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+					t.Fatalf("write %d: checksums %#x", len(got), c)
+				}
+				if j-i > 1 && (h[1] != vnetGSOTCPv4 || o.MSS != mss) {
+					t.Fatalf("merged write: header % x", h)
+				}
+				joined = append(joined, f[54:]...)
+				i = j
+			}
+			if !bytes.Equal(joined, payload) {
+				t.Fatal("payload changed")
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("writes %v, want %v", got, c.want)
+			}
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("writes %v, want %v", got, c.want)
+				}
+			}
+		})
+	}
+}
