@@ -229,10 +229,17 @@ func TestPingBothWays(t *testing.T) {
 // back), verifying SHA-256 on both ends.
 func transfer(t *testing.T, r *rig, conns, size int) {
 	t.Helper()
+	transferTo(t, r, hostAddr.Addr(), conns, size)
+}
+
+// transferTo is transfer to a listener on dst (an address of the host
+// namespace).
+func transferTo(t *testing.T, r *rig, dst netip.Addr, conns, size int) {
+	t.Helper()
 	var ln net.Listener
 	if err := tap.InNetns(r.hostNS, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", net.JoinHostPort(hostAddr.Addr().String(), "5001"))
+		ln, err = net.Listen("tcp", net.JoinHostPort(dst.String(), "5001"))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -276,7 +283,7 @@ func transfer(t *testing.T, r *rig, conns, size int) {
 		var c net.Conn
 		if err := tap.InNetns(r.guestNS, func() error {
 			var err error
-			c, err = net.DialTimeout("tcp4", net.JoinHostPort(hostAddr.Addr().String(), "5001"), 10*time.Second)
+			c, err = net.DialTimeout("tcp", net.JoinHostPort(dst.String(), "5001"), 10*time.Second)
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -327,6 +334,13 @@ func TestTCPTransferOffloads(t *testing.T) {
 			r := newRigWith(t, sim.NICConfig{MaxQueues: 2}, 2, false, c.o)
 			start := time.Now()
 			transfer(t, r, 4, 8<<20)
+			// And over IPv6 (TSO6, LSOv2 for IPv6).
+			for _, a := range []struct{ ns, dev, addr string }{{r.hostNS, "hv0", "fd77::1/64"}, {r.guestNS, r.dev.Name(), "fd77::2/64"}} {
+				if out, err := exec.Command("ip", "-n", a.ns, "addr", "add", a.addr, "dev", a.dev, "nodad").CombinedOutput(); err != nil {
+					t.Fatalf("ip addr add %s: %v %s", a.addr, err, out)
+				}
+			}
+			transferTo(t, r, netip.MustParseAddr("fd77::1"), 2, 4<<20)
 			var st netvsc.QueueStats
 			for _, q := range r.nic.Stats().Queues {
 				st.TxLSO += q.TxLSO
@@ -339,7 +353,7 @@ func TestTCPTransferOffloads(t *testing.T) {
 				superFrames += q.RxFrames.Load()
 			}
 			hs := r.sn.Stats()
-			t.Logf("32 MiB both ways in %v; tap offloads %s; large sends %d (GPA-direct %d), segments cut by the guest %d, segments coalesced %d; host port rx dropped %d",
+			t.Logf("32+8 MiB both ways in %v; tap offloads %s; large sends %d (GPA-direct %d), segments cut by the guest %d, segments coalesced %d; host port rx dropped %d",
 				time.Since(start), r.dev.Offloads(), st.TxLSO, st.TxGPA, st.TxSegments, coalesced, r.port.RxDropped())
 			if hs.TxDropped != 0 || hs.TxErrors != 0 {
 				t.Errorf("host dropped %d guest frames, %d errors", hs.TxDropped, hs.TxErrors)
