@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/internal/csum"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -366,15 +367,16 @@ func TestStaleSimGPAPoolIsRefused(t *testing.T) {
 }
 
 // TestLSO: a 30000-byte TCP frame marked for LSO comes back as MSS-sized
-// segments whose payloads join up to the original, whether the host cuts
-// it (GPA-direct with the LSOv2 PPI) or the guest does.
+// segments with valid checksums whose payloads join up to the original,
+// whether the host cuts it whole (GPA-direct with the LSOv2 PPI), the
+// guest sends it as large sends that each fit a send section (no GPA
+// pool), or the guest segments it (the host granted no LSO).
 func TestLSO(t *testing.T) {
-	for _, withGPA := range []bool{true, false} {
-		name := "software"
-		if withGPA {
-			name = "host-lsov2"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		gpa, noLSO bool
+	}{{"host-lsov2-gpa", true, false}, {"host-lsov2-sections", false, false}, {"software", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
 			h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
 			if err != nil {
 				t.Fatal(err)
@@ -385,9 +387,9 @@ func TestLSO(t *testing.T) {
 				t.Fatal(err)
 			}
 			sn.Attach(sim.NewReflector())
-			cfg := netvsc.Config{PoolPackets: 64}
+			cfg := netvsc.Config{PoolPackets: 64, NoOffloads: c.noLSO}
 			var pool *netvsc.Pool
-			if withGPA {
+			if c.gpa {
 				cfg.GPAPool = newGPAPool(t, h)
 				pool, err = netvsc.NewPool(8, 65536, cfg.GPAPool)
 			} else {
@@ -398,8 +400,12 @@ func TestLSO(t *testing.T) {
 			}
 			n := openNIC(t, h, sn, cfg)
 			defer n.Close()
+			if got := n.TxOffloads(); (got.LSO4 == 0) != c.noLSO || got.TCP4Checksum == c.noLSO {
+				t.Fatalf("offloads granted %+v", got)
+			}
 			peer := []byte{0x02, 0, 0, 0, 0, 9}
 			big := tcpFrame(peer, n.MAC(), 30000, 5000)
+			big[14+2], big[14+3] = 0, 0 // Linux leaves a large send's IP length 0
 			p := pool.Get()
 			copy(p.SetLen(len(big)), big)
 			p.Meta = netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxIPv4 | netvsc.MetaTxTCPChecksum | netvsc.MetaTxIPChecksum,
@@ -414,9 +420,16 @@ func TestLSO(t *testing.T) {
 				return binary.BigEndian.Uint32(segs[i][38:]) < binary.BigEndian.Uint32(segs[j][38:])
 			})
 			var payload []byte
-			for _, s := range segs {
+			for i, s := range segs {
 				if len(s) > 1514 {
 					t.Fatalf("segment of %d bytes", len(s))
+				}
+				if csum.Checksum(0, s[14:34]) != 0 {
+					t.Errorf("segment %d: IPv4 header checksum", i)
+				}
+				pseudo := csum.Add(0, s[26:34]) + 6 + uint32(len(s)-34)
+				if csum.Checksum(pseudo, s[34:]) != 0 {
+					t.Errorf("segment %d: TCP checksum", i)
 				}
 				payload = append(payload, s[54:]...)
 			}
@@ -424,8 +437,15 @@ func TestLSO(t *testing.T) {
 				t.Errorf("segments do not join up to the original payload")
 			}
 			st := q.Stats()
-			if withGPA && st.TxGPA != 1 || !withGPA && st.TxSegments != uint64(want) {
-				t.Errorf("gpa %d segments %d", st.TxGPA, st.TxSegments)
+			switch {
+			case c.gpa && (st.TxGPA != 1 || st.TxLSO != 1):
+				t.Errorf("gpa %d lso %d, want one large send GPA-direct", st.TxGPA, st.TxLSO)
+			case !c.gpa && !c.noLSO && (st.TxLSO != 5 || st.TxSegments != 0):
+				// 21 segments of 1448 with 54 bytes of headers: 4 per
+				// 6144-byte section, the 21st a plain frame.
+				t.Errorf("lso %d segments %d, want 5 large sends", st.TxLSO, st.TxSegments)
+			case c.noLSO && (st.TxSegments != uint64(want) || st.TxLSO != 0):
+				t.Errorf("segments %d lso %d", st.TxSegments, st.TxLSO)
 			}
 			if hs := sn.Stats(); hs.TxDropped != 0 || hs.TxErrors != 0 {
 				t.Errorf("host dropped %d, errors %d", hs.TxDropped, hs.TxErrors)
@@ -476,5 +496,44 @@ func TestHugepageGPAPool(t *testing.T) {
 	}
 	if p.Size() != 16 {
 		t.Fatal("pool")
+	}
+}
+
+// TestLargeSendPiecesAllocateNothing: cutting a super-frame into large
+// sends that fill send sections allocates nothing per frame.
+func TestLargeSendPiecesAllocateNothing(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 8 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Attach(sim.NewGenerator(sim.GeneratorConfig{Idle: true}))
+	n := openNIC(t, h, sn, netvsc.Config{PoolPackets: 64})
+	defer n.Close()
+	pool, err := netvsc.NewPool(4, 65536, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := tcpFrame([]byte{0x02, 0, 0, 0, 0, 9}, n.MAC(), 60000, 5000)
+	q := n.Queues()[0]
+	burst := make([]*netvsc.Packet, 1)
+	ctx := context.Background()
+	if a := testing.AllocsPerRun(50, func() {
+		p := pool.Get()
+		copy(p.SetLen(len(big)), big)
+		p.Meta = netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxIPv4 | netvsc.MetaTxTCPChecksum, L3Off: 14, L4Off: 34, MSS: 1448}
+		burst[0] = p
+		for q.TxBurst(burst) == 0 {
+			q.WaitTx(ctx)
+		}
+	}); a != 0 {
+		t.Errorf("%v allocations per super-frame", a)
+	}
+	if st := q.Stats(); st.TxLSO == 0 || st.TxSegments != 0 {
+		t.Errorf("large sends %d, segments %d", st.TxLSO, st.TxSegments)
 	}
 }

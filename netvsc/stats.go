@@ -48,6 +48,7 @@ type queueCounters struct {
 	txGPA          ctr // frames sent GPA-direct
 	txSegmented    ctr // TSO super-frames cut in software (Linux tx_scattered's role)
 	txSegments     ctr // the frames that produced
+	txLSO          ctr // large sends handed to the host (LSOv2), whole or cut to fit a section
 	txSections     ctr // NVSP sends of send-buffer sections
 	txVLANMoved    ctr // in-frame 802.1Q tags moved into the per-packet info
 	stopQueue      ctr // TX found no resources
@@ -72,6 +73,9 @@ type QueueStats struct {
 	// dropped because no GPA pool was configured to send them from
 	// (Config.GPAPool). Frames are sent as they are or not at all.
 	TxDropOversize uint64
+	// TxLSO counts large sends handed to the host with the LSOv2
+	// per-packet info (the host cuts them into segments).
+	TxLSO uint64
 	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
 	// asleep on the interrupt fd (hybrid: both; poll: only the first).
 	PollSeconds, SleepSeconds float64
@@ -92,6 +96,7 @@ func (q *Queue) stats() QueueStats {
 		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
 		StopQueue: c.stopQueue.load(), TxDropOversize: c.txDropOversize.load(),
+		TxLSO: c.txLSO.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
 		Channel: q.ch.Stats(),
 	}
@@ -162,6 +167,7 @@ func (s *Stats) Ethtool() []Named {
 			Named{fmt.Sprintf("tx_queue_%d_copied", n), q.TxCopied},
 			Named{fmt.Sprintf("tx_queue_%d_gpa_direct", n), q.TxGPA},
 			Named{fmt.Sprintf("tx_queue_%d_segmented", n), q.TxSegmented},
+			Named{fmt.Sprintf("tx_queue_%d_lso", n), q.TxLSO},
 			Named{fmt.Sprintf("tx_queue_%d_sections", n), q.TxSections},
 			Named{fmt.Sprintf("tx_queue_%d_failed", n), q.TxFailed},
 			Named{fmt.Sprintf("tx_queue_%d_drop_oversize", n), q.TxDropOversize},

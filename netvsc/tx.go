@@ -122,17 +122,25 @@ func (q *Queue) txOne(p *Packet) bool {
 	q.txInfo(p, &info)
 	msgLen := RNDISPacketHeaderSize + info.PPILen() + len(frame)
 	tso := p.Meta.Flags&MetaTxLSO != 0
-	hostLSO := info.Has&InfoLSO != 0 // set only for a GPA-backed super-frame
+	// hostLSO: a super-frame the host segments (LSOv2 granted, within its
+	// size limit; txInfo).
+	hostLSO := info.Has&InfoLSO != 0
 	if len(frame) > s.mtu+EthernetHeaderSize && !hostLSO {
-		if tso {
-			return q.segment(p, &info)
+		switch {
+		case !tso:
+			return q.drop(p, &q.c.txTooBig)
+		case s.off.lso(p.Meta.Flags, 0):
+			return q.sendLSOPieces(p, &info) // beyond the host's limit: in pieces
 		}
-		return q.drop(p, &q.c.txTooBig)
+		return q.segment(p, &info)
 	}
 	if msgLen <= s.aggMax {
 		switch q.copyFrame(frame, &info) {
 		case copyOK:
 			q.c.txCopied.inc()
+			if info.Has&InfoLSO != 0 {
+				q.c.txLSO.inc()
+			}
 			q.txDone = append(q.txDone, p)
 			return true
 		case copyRingFull:
@@ -148,6 +156,9 @@ func (q *Queue) txOne(p *Packet) bool {
 	}
 	if p.pool.gpa != nil {
 		return q.sendGPA(p, &info)
+	}
+	if tso && s.off.lso(p.Meta.Flags, 0) {
+		return q.sendLSOPieces(p, &info)
 	}
 	if tso {
 		return q.segment(p, &info)
@@ -195,7 +206,9 @@ func (q *Queue) txInfo(p *Packet, info *PacketInfo) {
 		}
 		info.SetChecksum(uint32(NewTxChecksum(c, int(m.L4Off))))
 	}
-	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) && p.pool.gpa != nil {
+	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) {
+		// Whole: in a section when it fits (Linux copies any send smaller
+		// than a section), else GPA-direct; txOne cuts it otherwise.
 		info.SetLSO(NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
 	}
 }
@@ -210,10 +223,22 @@ const (
 
 // copyFrame appends a PACKET_MSG to the open section, or opens one.
 func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
+	dst, r := q.allocFrame(len(frame), info)
+	if r == copyOK {
+		copy(dst, frame)
+	}
+	return r
+}
+
+// allocFrame writes the header and per-packet info of an n-byte frame's
+// PACKET_MSG into the open section (or a new one) and returns where the
+// frame goes, for the caller to fill before the section is flushed.
+func (q *Queue) allocFrame(n int, info *PacketInfo) ([]byte, copyResult) {
 	s := q.s
-	need := RNDISPacketHeaderSize + info.PPILen() + len(frame)
+	hdr := RNDISPacketHeaderSize + info.PPILen()
+	need := hdr + n
 	if need > s.aggMax {
-		return copyNoSection // the callers check; a section could never hold it
+		return nil, copyNoSection // the callers check; a section could never hold it
 	}
 	c := &q.cur
 	if c.open {
@@ -224,27 +249,27 @@ func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
 				pos = -1 // cannot happen: pos is the padded end
 			}
 			if pos >= 0 {
-				PutRNDISPacket(sec[pos:], info, frame)
+				PutRNDISPacketHeader(sec[pos:], info, n)
 				c.used, c.last = pos+need, pos
 				c.frames++
-				c.bytes += len(frame)
-				return copyOK
+				c.bytes += n
+				return sec[pos+hdr : pos+need], copyOK
 			}
 		}
 		q.flushSection()
 	}
 	if q.ch.Out().Free() <= 2*nvspSendSize {
 		q.c.txBusy.inc()
-		return copyRingFull
+		return nil, copyRingFull
 	}
 	idx, ok := q.takeSection()
 	if !ok {
-		return copyNoSection
+		return nil, copyNoSection
 	}
 	sec := s.send.section(int(idx))
-	PutRNDISPacket(sec, info, frame)
-	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: len(frame)}
-	return copyOK
+	PutRNDISPacketHeader(sec, info, n)
+	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: n}
+	return sec[hdr:need], copyOK
 }
 
 func (q *Queue) takeSection() (uint32, bool) {
@@ -323,6 +348,9 @@ func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
 		return false
 	}
 	q.c.txGPA.inc()
+	if info.Has&InfoLSO != 0 {
+		q.c.txLSO.inc()
+	}
 	return true
 }
 

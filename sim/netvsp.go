@@ -414,8 +414,13 @@ func (n *NIC) Deliver(frames [][]byte) int {
 	return ss.deliver(frames)
 }
 
-// transmit hands frames the guest sent to the port.
-func (n *NIC) transmit(frames [][]byte) {
+// transmitBatch hands a batch of frames the guest sent to the port.
+// Frames that leave work to an OffloadPort go to one; should the port
+// have been replaced by one that takes no offloads since they were
+// batched, they are dropped (as in-flight frames are when a cable is
+// swapped) and counted.
+func (n *NIC) transmitBatch(b *txBatch) {
+	frames := b.frames
 	if len(frames) == 0 {
 		return
 	}
@@ -423,6 +428,21 @@ func (n *NIC) transmit(frames [][]byte) {
 	if p == nil {
 		n.st.txNoPort.Add(uint64(len(frames)))
 		return
+	}
+	if b.work {
+		if op, ok := (*p).(OffloadPort); ok {
+			op.TransmitOffload(frames, b.offs)
+			return
+		}
+		k := 0
+		for i, f := range frames {
+			if b.offs[i] == (FrameOffload{}) {
+				frames[k] = f
+				k++
+			}
+		}
+		n.st.txDropped.Add(uint64(len(frames) - k))
+		frames = frames[:k]
 	}
 	(*p).Transmit(frames)
 }

@@ -38,13 +38,16 @@ type txBatch struct {
 	slab   []byte
 	used   int
 	frames [][]byte
-	starts []int // slab offset of each frame's headroom
+	starts []int          // slab offset of each frame's headroom
+	offs   []FrameOffload // work each frame leaves to an OffloadPort
+	work   bool           // some frame has work in offs
 }
 
 const txSlab = 512 << 10
 
 func newTxBatch() txBatch {
-	return txBatch{slab: make([]byte, txSlab), frames: make([][]byte, 0, 1024), starts: make([]int, 0, 1024)}
+	return txBatch{slab: make([]byte, txSlab), frames: make([][]byte, 0, 1024), starts: make([]int, 0, 1024),
+		offs: make([]FrameOffload, 0, 1024)}
 }
 
 // alloc returns room for an n-byte untagged frame, or nil when the batch
@@ -59,7 +62,15 @@ func (b *txBatch) alloc(n int) []byte {
 	f := b.slab[p+vlanTagLen : p+vlanTagLen+n]
 	b.frames = append(b.frames, f)
 	b.starts = append(b.starts, p)
+	b.offs = append(b.offs, FrameOffload{})
 	return f
+}
+
+// drop removes the last frame.
+func (b *txBatch) drop() {
+	b.frames = b.frames[:len(b.frames)-1]
+	b.starts = b.starts[:len(b.starts)-1]
+	b.offs = b.offs[:len(b.offs)-1]
 }
 
 // room reports whether n more bytes in k more frames fit.
@@ -76,12 +87,17 @@ func (b *txBatch) tag(i int, tci uint16) {
 	be.PutUint16(t[12:], ethTypeVLAN)
 	be.PutUint16(t[14:], tci)
 	b.frames[i] = t
+	if b.offs[i].CsumStart != 0 {
+		b.offs[i].CsumStart += vlanTagLen
+	}
 }
 
 func (b *txBatch) reset() {
 	b.used = 0
 	b.frames = b.frames[:0]
 	b.starts = b.starts[:0]
+	b.offs = b.offs[:0]
+	b.work = false
 }
 
 // flushTx forwards the batch to the port.
@@ -90,15 +106,16 @@ func (ch *nicChan) flushTx() {
 	if len(b.frames) == 0 {
 		return
 	}
-	var bytes uint64
-	for _, f := range b.frames {
+	var bytes, packets uint64
+	for i, f := range b.frames {
 		bytes += uint64(len(f))
+		packets += uint64(b.offs[i].Segments(f))
 	}
 	st := &ch.ss.n.st
-	st.txPackets.Add(uint64(len(b.frames)))
+	st.txPackets.Add(packets)
 	st.txBytes.Add(bytes)
-	ch.txPackets.Add(uint64(len(b.frames)))
-	ch.ss.n.transmit(b.frames)
+	ch.txPackets.Add(packets)
+	ch.ss.n.transmitBatch(b)
 	b.reset()
 }
 
@@ -284,7 +301,9 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 		return drop("frame with an in-frame 802.1Q tag (the host drops it)")
 	}
 	first := len(ch.tx.frames)
+	op := ss.n.offloadPort()
 	if info.Has&netvsc.InfoLSO != 0 {
+		fillLSOLength(f)
 		fl, err := checkLSO(f, info.LSO, netvsc.HostLSOv2MaxSize)
 		if err != nil {
 			return drop("bad LSO request: " + err.Error())
@@ -296,12 +315,21 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 			return drop("LSO MSS larger than the MTU allows")
 		}
 		hdr := fl.l4off + int(f[fl.l4off+12]>>4)*4
-		segs := (fl.l4end - hdr + info.LSO.MSS() - 1) / info.LSO.MSS()
-		if !ch.tx.room(fl.l4end-hdr+segs*(hdr+vlanTagLen+8), segs) {
-			ch.flushTx()
-			first = 0
+		if op != nil {
+			// The port's wire cuts it (vswitch_offload.go).
+			if !ch.tx.addLSOWhole(f, fl, info.LSO.MSS()) {
+				ch.flushTx()
+				first = 0
+				ch.tx.addLSOWhole(f, fl, info.LSO.MSS())
+			}
+		} else {
+			segs := (fl.l4end - hdr + info.LSO.MSS() - 1) / info.LSO.MSS()
+			if !ch.tx.room(fl.l4end-hdr+segs*(hdr+vlanTagLen+8), segs) {
+				ch.flushTx()
+				first = 0
+			}
+			segmentLSO(f, fl, info.LSO.MSS(), ch.tx.alloc)
 		}
-		segmentLSO(f, fl, info.LSO.MSS(), ch.tx.alloc)
 	} else {
 		if len(f) > cfg.mtu {
 			return drop("frame larger than the MTU")
@@ -314,9 +342,17 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 		}
 		copy(o, f)
 		if info.Has&netvsc.InfoChecksum != 0 {
-			if err := applyTxChecksum(o, netvsc.TxChecksum(info.Checksum)); err != nil {
-				ch.tx.frames = ch.tx.frames[:len(ch.tx.frames)-1]
-				ch.tx.starts = ch.tx.starts[:len(ch.tx.starts)-1]
+			var err error
+			if op != nil {
+				var off FrameOffload
+				off, err = partialTxChecksum(o, netvsc.TxChecksum(info.Checksum))
+				ch.tx.offs[len(ch.tx.offs)-1] = off
+				ch.tx.work = ch.tx.work || off.CsumStart != 0
+			} else {
+				err = applyTxChecksum(o, netvsc.TxChecksum(info.Checksum))
+			}
+			if err != nil {
+				ch.tx.drop()
 				return drop("bad checksum offload request: " + err.Error())
 			}
 		}

@@ -9,25 +9,38 @@ package sim
 //	ip netns exec NS ping 10.0.0.2        # NS has TAPConfig.Addr 10.0.0.1/24
 //
 // TAP: the device is created inside the namespace and the simulator holds
-// its file descriptor (IFF_TAP|IFF_NO_PI: one plain Ethernet frame per
-// read or write). veth: one end goes into the namespace, the other stays
-// in the simulator's own namespace, read and written through an AF_PACKET
-// socket. A namespace that does not exist is created (like `ip netns add`)
-// and deleted again by Close. Needs CAP_NET_ADMIN.
+// its file descriptor (IFF_TAP|IFF_NO_PI|IFF_VNET_HDR: a virtio-net header
+// and an Ethernet frame per read or write). With the header the TAP is a
+// NIC with offloads, as the physical NIC behind a Hyper-V vSwitch is: the
+// kernel accepts the guest's large sends whole and finishes checksums
+// (OffloadPort; TUNSETOFFLOAD makes it hand us 64 KiB TCP super-frames and
+// partial checksums too, which the port cuts into MTU-sized frames with
+// their checksums before the vSwitch sees them, since a guest without RSC
+// takes nothing larger). veth: one end goes into the namespace, the other
+// stays in the simulator's own namespace, read and written through an
+// AF_PACKET socket, without offloads. A namespace that does not exist is
+// created (like `ip netns add`) and deleted again by Close. Needs
+// CAP_NET_ADMIN.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmbusd/vmbusd/internal/csum"
 )
 
 // TAPConfig describes a kernel port.
@@ -44,6 +57,9 @@ type TAPConfig struct {
 	Addr netip.Prefix
 	// MTU of the kernel side; 0 means the NIC's MTU.
 	MTU int
+	// NoOffloads opens a TAP without a virtio-net header: one plain
+	// frame per read or write, every checksum complete.
+	NoOffloads bool
 }
 
 // TAP is a port into the kernel. Safe for concurrent use; make it with
@@ -51,6 +67,7 @@ type TAPConfig struct {
 type TAP struct {
 	cfg       TAPConfig
 	f         *os.File
+	rc        syscall.RawConn
 	hostEnd   string // veth: the simulator's end
 	createdNS bool
 	up        Uplink
@@ -58,7 +75,11 @@ type TAP struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 
-	rx, tx, txErrors atomic.Uint64
+	vnet     bool        // every read and write starts with a virtio-net header
+	offloads tunOffloads // what TUNSETOFFLOAD accepted
+	writers  chan *tapWriter
+
+	rx, tx, txErrors, rxDropped atomic.Uint64
 }
 
 // NewTAP creates the kernel side. The port starts moving frames when
@@ -134,12 +155,27 @@ func (t *TAP) createTAP() error {
 			unix.Close(fd)
 			return err
 		}
-		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+		flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI)
+		if !t.cfg.NoOffloads {
+			flags |= unix.IFF_VNET_HDR
+		}
+		ifr.SetUint16(flags)
 		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 			unix.Close(fd)
 			return fmt.Errorf("sim: tap: TUNSETIFF %s: %w", t.cfg.Name, err)
 		}
+		if !t.cfg.NoOffloads {
+			if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnetHdrLen); err != nil {
+				unix.Close(fd)
+				return fmt.Errorf("sim: tap: TUNSETVNETHDRSZ %s: %w", t.cfg.Name, err)
+			}
+			t.vnet = true
+			t.offloads = probeTUNOffloads(fd)
+		}
 		t.f = os.NewFile(uintptr(fd), "tap:"+t.cfg.Name)
+		if err := t.initIO(); err != nil {
+			return err
+		}
 		return t.configure(netlink.NewHandle)
 	})
 }
@@ -202,7 +238,7 @@ func (t *TAP) openPacket(ifindex int) error {
 		return err
 	}
 	t.f = os.NewFile(uintptr(fd), "packet:"+t.hostEnd)
-	return nil
+	return t.initIO()
 }
 
 func htons(v uint16) uint16 {
@@ -258,40 +294,439 @@ func (t *TAP) Connect(up Uplink) error {
 	return nil
 }
 
+// Offloads reports whether the kernel side takes frames with work left
+// (OffloadPort): a TAP with a virtio-net header does.
+func (t *TAP) Offloads() bool { return t.vnet }
+
+// TUNSETOFFLOAD features (include/uapi/linux/if_tun.h) and the
+// virtio-net header (include/uapi/linux/virtio_net.h).
+type tunOffloads uint32
+
+const (
+	tunFCsum   tunOffloads = 0x01
+	tunFTSO4   tunOffloads = 0x02
+	tunFTSO6   tunOffloads = 0x04
+	tunFTSOECN tunOffloads = 0x08
+	tunFUSO4   tunOffloads = 0x20
+	tunFUSO6   tunOffloads = 0x40
+
+	vnetHdrLen    = 10
+	vnetNeedsCsum = 1
+	vnetGSONone   = 0
+	vnetGSOTCPv4  = 1
+	vnetGSOTCPv6  = 4
+	vnetGSOUDPL4  = 5
+	vnetGSOECN    = 0x80
+)
+
+func (o tunOffloads) String() string {
+	var names []string
+	for _, f := range []struct {
+		bit  tunOffloads
+		name string
+	}{{tunFCsum, "csum"}, {tunFTSO4, "tso4"}, {tunFTSO6, "tso6"}, {tunFTSOECN, "tso_ecn"}, {tunFUSO4, "uso4"}, {tunFUSO6, "uso6"}} {
+		if o&f.bit != 0 {
+			names = append(names, f.name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// probeTUNOffloads enables the most the kernel takes: checksums, TSO
+// with ECN, and USO (Linux 6.2 on); an older kernel refuses unknown bits
+// with EINVAL, so it falls back step by step.
+func probeTUNOffloads(fd int) tunOffloads {
+	for _, o := range []tunOffloads{
+		tunFCsum | tunFTSO4 | tunFTSO6 | tunFTSOECN | tunFUSO4 | tunFUSO6,
+		tunFCsum | tunFTSO4 | tunFTSO6 | tunFTSOECN,
+		tunFCsum | tunFTSO4 | tunFTSO6,
+		tunFCsum,
+	} {
+		if unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(o)) == nil {
+			return o
+		}
+	}
+	return 0
+}
+
+// OffloadsString names the TUNSETOFFLOAD features the kernel accepted
+// ("csum,tso4,tso6,tso_ecn,uso4,uso6"; "none" without a virtio-net
+// header).
+func (t *TAP) OffloadsString() string { return t.offloads.String() }
+
+// The read side's buffers: each read takes up to a 64 KiB super-frame
+// into the slab, which its segments follow; the batch goes to the vSwitch
+// when the slab or the frame list fills, or the kernel has nothing more.
+const (
+	tapReadMax  = vnetHdrLen + 65536 + 64
+	tapSlab     = 1 << 20
+	tapMaxBatch = 512
+)
+
+// tapReader is the read loop's state, owned by runRead.
+type tapReader struct {
+	slab   []byte
+	pos    int
+	frames [][]byte
+	err    error
+	readFn func(fd uintptr) bool // bound once: no allocation per wait
+}
+
+func (t *TAP) initIO() error {
+	rc, err := t.f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("sim: tap: %w", err)
+	}
+	t.rc = rc
+	t.writers = make(chan *tapWriter, 4)
+	for range cap(t.writers) {
+		w := &tapWriter{parts: make([][]byte, 0, tapMaxMerge)}
+		w.fn = func(fd uintptr) bool { w.write(fd); return true }
+		t.writers <- w
+	}
+	return nil
+}
+
 // runRead hands every frame the kernel sends to the guest, until Close.
 func (t *TAP) runRead() {
 	defer t.wg.Done()
-	buf := make([]byte, 65536)
-	frames := make([][]byte, 1)
+	r := &tapReader{slab: make([]byte, tapSlab), frames: make([][]byte, 0, tapMaxBatch)}
+	r.readFn = func(fd uintptr) bool { return t.readBatch(r, int(fd)) }
 	for {
-		n, err := t.f.Read(buf)
-		if err != nil {
+		if err := t.rc.Read(r.readFn); err != nil || r.err != nil {
 			if t.closed.Load() || errors.Is(err, os.ErrClosed) {
 				return
 			}
+			r.err = nil
 			continue
 		}
-		if n < ethHeaderLen {
-			continue
+		if len(r.frames) > 0 {
+			t.rx.Add(uint64(len(r.frames)))
+			t.up.Deliver(r.frames)
 		}
-		frames[0] = buf[:n]
-		t.rx.Add(1)
-		t.up.Deliver(frames)
+		clear(r.frames)
+		r.frames, r.pos = r.frames[:0], 0
 	}
 }
 
-// Transmit implements Port: one write per frame.
-func (t *TAP) Transmit(frames [][]byte) {
-	if t.closed.Load() {
+// readBatch reads frames without blocking until the batch is full or the
+// kernel has no more; false (nothing read) asks the poller to wait.
+func (t *TAP) readBatch(r *tapReader, fd int) bool {
+	for len(r.frames) < tapMaxBatch-64 && len(r.slab)-r.pos >= 2*tapReadMax+4096 {
+		buf := r.slab[r.pos : r.pos+tapReadMax]
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			if err != unix.EAGAIN && err != nil {
+				r.err = err
+				return true
+			}
+			break
+		}
+		t.takeFrame(r, buf[:n])
+	}
+	return len(r.frames) > 0 || r.err != nil
+}
+
+// takeFrame adds one frame read from the kernel (at r.slab[r.pos:]) to the
+// batch, finishing what its virtio-net header leaves to the NIC: a partial
+// checksum is completed, a super-frame cut into MTU-sized frames after it
+// in the slab. A header the port cannot honour drops the frame.
+func (t *TAP) takeFrame(r *tapReader, b []byte) {
+	end := r.pos + len(b)
+	f := b
+	var flags, gsoType uint8
+	var gsoSize, start, off int
+	if t.vnet {
+		if len(b) < vnetHdrLen {
+			t.rxDropped.Add(1)
+			return
+		}
+		flags, gsoType = b[0], b[1]
+		gsoSize = int(binary.LittleEndian.Uint16(b[4:]))
+		start = int(binary.LittleEndian.Uint16(b[6:]))
+		off = int(binary.LittleEndian.Uint16(b[8:]))
+		f = b[vnetHdrLen:]
+	}
+	if len(f) < ethHeaderLen {
+		t.rxDropped.Add(1)
 		return
 	}
-	for _, f := range frames {
-		if _, err := t.f.Write(f); err != nil {
+	if gsoType&^vnetGSOECN == vnetGSONone {
+		if flags&vnetNeedsCsum != 0 && !finishChecksum(f, start, off) {
+			t.rxDropped.Add(1)
+			return
+		}
+		r.frames = append(r.frames, f)
+		r.pos = (end + 7) &^ 7
+		return
+	}
+	r.pos = (end + 7) &^ 7
+	add := func(n int) []byte {
+		if r.pos+n > len(r.slab) || len(r.frames) == cap(r.frames) {
+			return nil
+		}
+		o := r.slab[r.pos : r.pos+n]
+		r.pos = (r.pos + n + 7) &^ 7
+		r.frames = append(r.frames, o)
+		return o
+	}
+	fl := parseFlow(f)
+	switch {
+	case gsoSize == 0 || !fl.ip || fl.frag:
+		t.rxDropped.Add(1)
+	case (gsoType&^vnetGSOECN == vnetGSOTCPv4 && !fl.v6 || gsoType&^vnetGSOECN == vnetGSOTCPv6 && fl.v6) && fl.l4 == ipProtoTCP:
+		segmentLSO(f, fl, gsoSize, add)
+	case gsoType == vnetGSOUDPL4 && fl.l4 == ipProtoUDP:
+		segmentUDP(f, fl, gsoSize, add)
+	default:
+		t.rxDropped.Add(1)
+	}
+}
+
+// finishChecksum completes a partial checksum: the field at start+off
+// holds the pseudo-header sum, the rest of the frame from start is to be
+// added (virtio-net NEEDS_CSUM).
+func finishChecksum(f []byte, start, off int) bool {
+	if start < ethHeaderLen || off < 0 || start+off+2 > len(f) {
+		return false
+	}
+	c := ^csum.Fold(csum.Add(0, f[start:]))
+	if c == 0 && off == 6 { // UDP: 0 means "no checksum"
+		c = 0xffff
+	}
+	be.PutUint16(f[start+off:], c)
+	return true
+}
+
+// tapWriter is one writer's scratch: a virtio-net header and the iovec
+// naming it and the frame's parts. A few of them circulate through
+// TAP.writers, so concurrent Transmits (one per channel) neither allocate
+// nor wait.
+type tapWriter struct {
+	hdr   [vnetHdrLen]byte
+	iov   [1 + tapMaxMerge]unix.Iovec
+	parts [][]byte // the frame: the head with its headers, then payloads
+	vnet  bool
+	err   error
+	fn    func(fd uintptr) bool
+}
+
+// tapMaxMerge bounds the frames written as one super-frame.
+const tapMaxMerge = 64
+
+// write is the RawConn callback: one writev of header and frame (the fd
+// stays open while it runs).
+func (w *tapWriter) write(fd uintptr) {
+	w.err = nil
+	if !w.vnet {
+		_, w.err = unix.Write(int(fd), w.parts[0])
+		return
+	}
+	w.iov[0].Base = &w.hdr[0]
+	w.iov[0].SetLen(vnetHdrLen)
+	n := 1
+	for _, p := range w.parts {
+		if len(p) > 0 {
+			w.iov[n].Base = &p[0]
+			w.iov[n].SetLen(len(p))
+			n++
+		}
+	}
+	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(n))
+	if e != 0 {
+		w.err = e
+	}
+	clear(w.iov[:n])
+}
+
+// Transmit implements Port: one write per frame.
+func (t *TAP) Transmit(frames [][]byte) { t.TransmitOffload(frames, nil) }
+
+// TransmitOffload implements OffloadPort: each frame goes to the kernel
+// with a virtio-net header carrying its remaining work (a large send the
+// kernel cuts, or a checksum it finishes). Without a header (a veth, or
+// NoOffloads) only complete frames come here (Offloads is false).
+//
+// The kernel side receives as a host with GRO receives from a real wire:
+// consecutive large sends (and segments) of one TCP flow in a batch, in
+// sequence, are handed over as one super-frame (mergeRun), as a guest
+// without a GPA pool sends a 64 KiB super-frame as one large send per
+// send section.
+func (t *TAP) TransmitOffload(frames [][]byte, offs []FrameOffload) {
+	if t.closed.Load() || len(frames) == 0 {
+		return
+	}
+	w := <-t.writers
+	defer func() { t.writers <- w }()
+	w.vnet = t.vnet
+	for i := 0; i < len(frames); {
+		f := frames[i]
+		j := i + 1
+		w.hdr = [vnetHdrLen]byte{}
+		w.parts = append(w.parts[:0], f)
+		if offs != nil && t.vnet {
+			if j = mergeRun(frames, offs, i, w); j == i+1 {
+				putVnetHdr(&w.hdr, f, offs[i])
+			}
+		}
+		i = j
+		if len(f) == 0 {
+			continue
+		}
+		err := t.rc.Write(w.fn)
+		clear(w.parts)
+		if err == nil {
+			err = w.err
+		}
+		if err != nil {
 			t.txErrors.Add(1)
 			continue
 		}
 		t.tx.Add(1)
 	}
+}
+
+// lsoSegment is what mergeRun reads from a candidate frame.
+type lsoSegment struct {
+	l4, pl  int // TCP header, payload
+	seq     uint32
+	flags   uint8
+	payload int
+}
+
+// mergeable parses a frame with its offload for merging: TCP over IPv4
+// without options or over IPv6, untagged, flags ACK or ACK|PSH, a partial
+// checksum (the host's own offload) and some payload.
+func mergeable(f []byte, o FrameOffload, s *lsoSegment) bool {
+	if o.CsumStart == 0 || o.CsumOffset != 16 || len(f) < ethHeaderLen+ipv6Header+tcpMinHeader {
+		return false
+	}
+	switch be.Uint16(f[12:]) {
+	case ethTypeIPv4:
+		if f[ethHeaderLen] != 0x45 || f[ethHeaderLen+9] != ipProtoTCP || be.Uint16(f[ethHeaderLen+6:])&0x3fff != 0 ||
+			int(be.Uint16(f[ethHeaderLen+2:])) != len(f)-ethHeaderLen {
+			return false
+		}
+		s.l4 = ethHeaderLen + ipv4MinHeader
+	case ethTypeIPv6:
+		if f[ethHeaderLen+6] != ipProtoTCP || int(be.Uint16(f[ethHeaderLen+4:])) != len(f)-ethHeaderLen-ipv6Header {
+			return false
+		}
+		s.l4 = ethHeaderLen + ipv6Header
+	default:
+		return false
+	}
+	if int(o.CsumStart) != s.l4 {
+		return false
+	}
+	s.pl = s.l4 + int(f[s.l4+12]>>4)*4
+	s.flags = f[s.l4+13]
+	if s.pl < s.l4+tcpMinHeader || s.pl >= len(f) || (s.flags != 0x10 && s.flags != 0x18) {
+		return false
+	}
+	s.seq = be.Uint32(f[s.l4+4:])
+	s.payload = len(f) - s.pl
+	return true
+}
+
+// mergeRun gathers into w.parts the frames from i on that continue frame
+// i's large send in sequence and returns the index after the run; for a
+// run of more than one it fixes up the head's headers and writes w.hdr.
+// Every frame joins only if it is a whole number of segments of the same
+// MSS (the last may be shorter), with the same Ethernet, IP and TCP
+// header fields but length, id, checksum, sequence number and PSH, the
+// run closing at PSH.
+func mergeRun(frames [][]byte, offs []FrameOffload, i int, w *tapWriter) int {
+	h, oh := frames[i], offs[i]
+	var hs, s lsoSegment
+	if oh.MSS == 0 || !mergeable(h, oh, &hs) {
+		return i + 1
+	}
+	mss := int(oh.MSS)
+	next, total := hs.seq+uint32(hs.payload), hs.payload
+	closed := hs.flags&0x08 != 0 || hs.payload%mss != 0
+	psh := hs.flags&0x08 != 0
+	j := i + 1
+	for ; j < len(frames) && !closed && len(w.parts) < tapMaxMerge; j++ {
+		f, o := frames[j], offs[j]
+		if !mergeable(f, o, &s) || s.pl != hs.pl || s.seq != next || total+s.payload+hs.pl-ethHeaderLen > 0xffff ||
+			(o.MSS != oh.MSS && !(o.MSS == 0 && s.payload <= mss)) {
+			break
+		}
+		if !bytes.Equal(f[:12], h[:12]) || !sameIPHeader(f, h, hs.l4) ||
+			!bytes.Equal(f[s.l4:s.l4+4], h[hs.l4:hs.l4+4]) || // ports
+			!bytes.Equal(f[s.l4+8:s.l4+13], h[hs.l4+8:hs.l4+13]) || // ack, data offset
+			!bytes.Equal(f[s.l4+14:s.l4+16], h[hs.l4+14:hs.l4+16]) || // window
+			!bytes.Equal(f[s.l4+18:s.pl], h[hs.l4+18:hs.pl]) { // urgent pointer, options
+			break
+		}
+		w.parts = append(w.parts, f[s.pl:])
+		next += uint32(s.payload)
+		total += s.payload
+		if s.flags&0x08 != 0 {
+			closed, psh = true, true
+		}
+		if s.payload%mss != 0 {
+			closed = true
+		}
+	}
+	if j == i+1 {
+		return j
+	}
+	end := hs.pl + total
+	if hs.l4 == ethHeaderLen+ipv6Header {
+		be.PutUint16(h[ethHeaderLen+4:], uint16(end-hs.l4))
+	} else {
+		ip := h[ethHeaderLen:hs.l4]
+		be.PutUint16(ip[2:], uint16(end-ethHeaderLen))
+		ip[10], ip[11] = 0, 0
+		be.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip)))
+	}
+	if psh {
+		h[hs.l4+13] |= 0x08
+	}
+	fl := parseFlowAt(h, flow{v6: hs.l4 != ethHeaderLen+ipv4MinHeader, l3: ethHeaderLen})
+	be.PutUint16(h[hs.l4+16:], csum.Fold(pseudoSum(&fl, ipProtoTCP, end-hs.l4)))
+	putVnetHdr(&w.hdr, h, FrameOffload{CsumStart: uint16(hs.l4), CsumOffset: 16, MSS: oh.MSS, IPv6: fl.v6})
+	return j
+}
+
+// sameIPHeader reports whether two frames' IP headers agree in every
+// field but length, id and checksum.
+func sameIPHeader(a, b []byte, l4 int) bool {
+	x, y := a[ethHeaderLen:l4], b[ethHeaderLen:l4]
+	if l4 == ethHeaderLen+ipv6Header {
+		return bytes.Equal(x[0:4], y[0:4]) && bytes.Equal(x[6:], y[6:])
+	}
+	return x[1] == y[1] && bytes.Equal(x[6:10], y[6:10]) && bytes.Equal(x[12:], y[12:])
+}
+
+// putVnetHdr writes the virtio-net header for a frame and its offload.
+func putVnetHdr(h *[vnetHdrLen]byte, f []byte, o FrameOffload) {
+	if o.CsumStart == 0 {
+		return
+	}
+	h[0] = vnetNeedsCsum
+	binary.LittleEndian.PutUint16(h[6:], o.CsumStart)
+	binary.LittleEndian.PutUint16(h[8:], o.CsumOffset)
+	if o.MSS == 0 {
+		return
+	}
+	h[1] = vnetGSOTCPv4
+	if o.IPv6 {
+		h[1] = vnetGSOTCPv6
+	}
+	if int(o.CsumStart)+14 <= len(f) && f[o.CsumStart+13]&0x80 != 0 { // CWR
+		h[1] |= vnetGSOECN
+	}
+	binary.LittleEndian.PutUint16(h[2:], uint16(int(o.CsumStart)+int(f[o.CsumStart+12]>>4)*4))
+	binary.LittleEndian.PutUint16(h[4:], o.MSS)
 }
 
 // Close implements Port: the TAP device (or veth pair) goes away, and a
@@ -321,6 +756,12 @@ func (t *TAP) cleanupNS() {
 	}
 }
 
-// Stats returns the frames the kernel sent to the guest (rx), the frames
-// the guest sent into the kernel (tx), and failed writes.
+// Stats returns the frames the kernel sent to the guest (rx, after
+// super-frames were cut), the frames the guest sent into the kernel (tx,
+// a large send counting once), and failed writes.
 func (t *TAP) Stats() (rx, tx, txErrors uint64) { return t.rx.Load(), t.tx.Load(), t.txErrors.Load() }
+
+// RxDropped returns the frames read from the kernel that the port could
+// not make into frames for the guest (a virtio-net header it cannot
+// honour).
+func (t *TAP) RxDropped() uint64 { return t.rxDropped.Load() }

@@ -979,7 +979,9 @@ func (s *vfSocket) start(v *VF) {
 	go func() {
 		defer close(s.done)
 		buf := make([]byte, 65536)
-		frames := make([][]byte, 1)
+		// A VF frame carries no per-packet info: nothing for an
+		// OffloadPort to finish.
+		batch := txBatch{frames: make([][]byte, 1)}
 		for {
 			k, err := s.f.Read(buf)
 			if err != nil {
@@ -996,8 +998,9 @@ func (s *vfSocket) start(v *VF) {
 			}
 			v.st.txPackets.Add(1)
 			v.st.txBytes.Add(uint64(k))
-			frames[0] = buf[:k]
-			v.n.transmit(frames)
+			batch.frames = batch.frames[:1]
+			batch.frames[0] = buf[:k]
+			v.n.transmitBatch(&batch)
 		}
 	}()
 }

@@ -147,6 +147,13 @@ func FlowHash(f []byte) uint32 {
 	return h
 }
 
+// Buffers for frames read from a TAP with offloads hold a 64 KiB
+// super-frame: superPoolPackets of them per TAP queue.
+const (
+	superPoolPackets = 128
+	superPoolFrame   = 65536 + 128
+)
+
 // Attachment forwards between a NIC and a TAP device both ways, one
 // goroutine per direction and queue, and makes the TAP's carrier follow
 // the NIC's link.
@@ -204,17 +211,33 @@ func Attach(nic *netvsc.NIC, dev *Device, opt AttachOptions) (*Attachment, error
 	for _, t := range tqs {
 		t.f.SetReadDeadline(time.Time{})
 	}
+	off := nic.TxOffloads()
+	superFrames := dev.offloads&(OffloadTSO4|OffloadTSO6|OffloadUSO4|OffloadUSO6) != 0
+	gpa := nic.Config().GPAPool
+	if superFrames && gpa != nil && min(off.LSO4, off.LSO6) > 0 && min(off.LSO4, off.LSO6) < 65536 {
+		// Whole large sends go GPA-direct only up to the host's limit.
+		if err := dev.SetGSOMaxSize(min(off.LSO4, off.LSO6)); err != nil {
+			a.log.Warn("super-frames larger than the host's large send will be cut", "err", err)
+		}
+	}
 	for j, t := range tqs {
-		pool := nqs[j%len(nqs)].Pool()
-		if dev.gso {
-			// Super-frames need 64 KiB buffers; the NIC segments them.
+		nq := nqs[j%len(nqs)]
+		pool := nq.Pool()
+		if superFrames {
+			// 64 KiB buffers, from the NIC's GPA pool when it has one (a
+			// large send then goes to the host without a copy).
 			var err error
-			if pool, err = netvsc.NewPool(gsoPoolPackets, gsoPoolFrame, nil); err != nil {
+			if pool, err = netvsc.NewPool(superPoolPackets, superPoolFrame, gpa); err != nil && gpa != nil {
+				a.log.Warn("GPA pool too small for the TAP's super-frames; using the heap", "err", err)
+				pool, err = netvsc.NewPool(superPoolPackets, superPoolFrame, nil)
+			}
+			if err != nil {
 				cancel()
 				return nil, err
 			}
 		}
 		t.SetPool(pool)
+		t.SetNIC(off, nq.Pool())
 		sink := &SteeredSink{NIC: nic}
 		obs := observer(false, -1)
 		a.run(ctx, "tap-to-nic", func() error { return PumpObserved(ctx, t, sink, opt.Burst, &a.FromTAP, obs) })

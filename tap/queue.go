@@ -9,18 +9,21 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/internal/gso"
 	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Queue is one TAP queue (one fd of a multi-queue TAP). It is a
 // PacketSource (frames the kernel sends out of the interface) and a
 // PacketSink (frames to hand to the kernel). Reads go into packets from
-// the pool set with SetPool (a NIC queue's, so they can be transmitted
-// without a copy). RxBurst/Wait belong to one goroutine and TxBurst to
-// one other.
+// the pool set with SetPool (big enough for a 64 KiB super-frame when the
+// TAP has offloads; from the NIC's GPA pool when it has one, so a large
+// send goes to the host without a copy). RxBurst/Wait belong to one
+// goroutine and TxBurst to one other.
 type Queue struct {
 	d   *Device
 	idx int
@@ -28,18 +31,61 @@ type Queue struct {
 	rc  syscall.RawConn
 	fd  int
 
-	pool  atomic.Pointer[netvsc.Pool]
+	pool    atomic.Pointer[netvsc.Pool]
+	segPool atomic.Pointer[netvsc.Pool] // MTU-sized packets for UDP super-frames cut here
+	txOff   atomic.Pointer[netvsc.TxOffloads]
+
 	rmu   sync.Mutex
-	stash *netvsc.Packet // read by Wait, handed out by the next RxBurst
+	ready pktRing // read and decoded, handed out by the next RxBurst
 
 	readFn  func(fd uintptr) bool // bound once: no allocation per Wait
 	readPkt *netvsc.Packet
 	readErr error
 	readN   int
 
-	RxFrames, RxBytes, RxNoBuf atomic.Uint64 // from the kernel
+	wmu     sync.Mutex
+	gro     gro
+	iov     [groMaxSegs]unix.Iovec
+	writeFn func(w *groWrite) // bound once
+	wpkts   []*netvsc.Packet  // the burst being written
+	// RxFrames, RxBytes: frames read from the kernel (a super-frame
+	// counts once); RxSplit: UDP super-frames cut into datagrams here.
+	RxFrames, RxBytes, RxNoBuf atomic.Uint64
 	RxDropped                  atomic.Uint64 // virtio-net headers we cannot honour
-	TxFrames, TxBytes, TxDrops atomic.Uint64 // to the kernel
+	RxSplit                    atomic.Uint64
+	// TxFrames, TxBytes: writes to the kernel (a coalesced super-frame
+	// counts once); TxCoalesced: frames that went out as part of another's
+	// super-frame.
+	TxFrames, TxBytes, TxDrops atomic.Uint64
+	TxCoalesced                atomic.Uint64
+}
+
+// pktRing is a fixed ring of packets.
+type pktRing struct {
+	buf        [readyCap]*netvsc.Packet
+	head, size int
+}
+
+// readyCap bounds the decoded frames waiting for RxBurst: a UDP
+// super-frame's datagrams (the kernel makes at most 128 per send) and a
+// burst.
+const readyCap = 256
+
+func (r *pktRing) push(p *netvsc.Packet) bool {
+	if r.size == len(r.buf) {
+		return false
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = p
+	r.size++
+	return true
+}
+
+func (r *pktRing) pop() *netvsc.Packet {
+	p := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return p
 }
 
 func newQueue(d *Device, idx int, f *os.File) (*Queue, error) {
@@ -50,6 +96,7 @@ func newQueue(d *Device, idx int, f *os.File) (*Queue, error) {
 	q := &Queue{d: d, idx: idx, f: f, rc: rc, fd: -1}
 	rc.Control(func(fd uintptr) { q.fd = int(fd) })
 	q.readFn = q.readOnce
+	q.writeFn = q.writeOne
 	return q, nil
 }
 
@@ -58,6 +105,14 @@ func (q *Queue) Index() int { return q.idx }
 
 // SetPool sets the pool frames read from the kernel are put in.
 func (q *Queue) SetPool(p *netvsc.Pool) { q.pool.Store(p) }
+
+// SetNIC sets what the NIC the frames go to offers: its transmit offloads
+// (which checksum requests it takes) and its queue's pool for the
+// datagrams of UDP super-frames, which are cut here.
+func (q *Queue) SetNIC(off netvsc.TxOffloads, segPool *netvsc.Pool) {
+	q.txOff.Store(&off)
+	q.segPool.Store(segPool)
+}
 
 func (q *Queue) close() { q.f.SetReadDeadline(time.Unix(1, 0)) }
 
@@ -73,16 +128,16 @@ func (q *Queue) RxBurst(pkts []*netvsc.Packet) int {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
 	n := 0
-	if q.stash != nil {
-		pkts[0] = q.stash
-		q.stash = nil
-		n = 1
-	}
 	pool := q.pool.Load()
-	if pool == nil {
-		return n
-	}
 	for n < len(pkts) {
+		if q.ready.size > 0 {
+			pkts[n] = q.ready.pop()
+			n++
+			continue
+		}
+		if pool == nil {
+			break
+		}
 		p := pool.Get()
 		if p == nil {
 			q.RxNoBuf.Add(1)
@@ -97,11 +152,7 @@ func (q *Queue) RxBurst(pkts []*netvsc.Packet) int {
 			break
 		}
 		p.SetLen(k)
-		if !q.took(p) {
-			continue
-		}
-		pkts[n] = p
-		n++
+		q.took(p)
 	}
 	return n
 }
@@ -122,15 +173,23 @@ func (q *Queue) readOnce(fd uintptr) bool {
 func (q *Queue) Wait(ctx context.Context) error {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
-	if q.stash != nil {
-		return nil
+	for q.ready.size == 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if q.d.closed.Load() {
+			return os.ErrClosed
+		}
+		if err := q.waitOne(ctx); err != nil {
+			return err
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if q.d.closed.Load() {
-		return os.ErrClosed
-	}
+	return nil
+}
+
+// waitOne blocks for one frame and decodes it into ready (a frame it
+// drops leaves ready empty).
+func (q *Queue) waitOne(ctx context.Context) error {
 	pool := q.pool.Load()
 	if pool == nil {
 		return errors.New("tap: queue has no pool")
@@ -172,47 +231,144 @@ func (q *Queue) Wait(ctx context.Context) error {
 		return fmt.Errorf("tap: %s queue %d: read: %w", q.d.name, q.idx, err)
 	}
 	p.SetLen(q.readN)
-	if q.took(p) {
-		q.stash = p
-	}
+	q.took(p)
 	return nil
 }
 
 // took accounts for a frame read from the kernel and decodes its
-// virtio-net header; false means it was dropped (and freed).
-func (q *Queue) took(p *netvsc.Packet) bool {
-	if q.d.vnet && !fromVnet(p, q.d.mtu) {
+// virtio-net header into ready: the frame with its Meta, the datagrams of
+// a UDP super-frame, or nothing (dropped and freed).
+func (q *Queue) took(p *netvsc.Packet) {
+	q.RxFrames.Add(1)
+	if !q.d.vnet {
+		q.RxBytes.Add(uint64(p.Len()))
+		q.ready.push(p)
+		return
+	}
+	off := q.txOff.Load()
+	if off == nil {
+		off = &netvsc.TxOffloads{}
+	}
+	act, h := fromVnet(p, q.d.mtu, off)
+	q.RxBytes.Add(uint64(p.Len()))
+	switch act {
+	case txAsIs:
+		q.ready.push(p)
+	case txSplitUDP:
+		q.splitUDP(p, int(h.gsoSize), off)
+		p.Free()
+	default:
 		q.RxDropped.Add(1)
 		p.Free()
-		return false
 	}
-	q.RxFrames.Add(1)
-	q.RxBytes.Add(uint64(p.Len()))
-	return true
 }
 
-// TxBurst hands frames to the kernel (one write each) and frees them. A
-// frame the kernel refuses is dropped and counted; it always takes all.
-func (q *Queue) TxBurst(pkts []*netvsc.Packet) int {
-	closed := q.d.closed.Load()
-	for _, p := range pkts {
-		if !closed {
-			b := p.Data()
-			if q.d.vnet {
-				b = toVnet(p)
-			}
-			if _, err := unix.Write(q.fd, b); err != nil {
-				q.TxDrops.Add(1)
-			} else {
-				q.TxFrames.Add(1)
-				q.TxBytes.Add(uint64(len(b)))
-			}
-		} else {
-			q.TxDrops.Add(1)
-		}
+// splitUDP cuts a UDP super-frame into datagrams (netvsc has no UDP
+// segmentation offload), each in a packet of the NIC's pool, with the
+// checksum offloaded when the host took it.
+func (q *Queue) splitUDP(p *netvsc.Packet, mss int, off *netvsc.TxOffloads) {
+	f := p.Data()
+	l, err := gso.Parse(f)
+	pool := q.segPool.Load()
+	if err != nil || pool == nil || gso.Segments(l, mss) > len(q.ready.buf)-q.ready.size {
+		q.RxDropped.Add(1)
+		return
 	}
+	mode := gso.Full
+	var meta netvsc.Meta
+	if csumOffloaded(l, off) {
+		mode = gso.Partial
+		meta.Flags = netvsc.MetaTxUDPChecksum | netvsc.MetaTxIPv4
+		if l.V6 {
+			meta.Flags = netvsc.MetaTxUDPChecksum | netvsc.MetaTxIPv6
+		}
+		meta.L3Off, meta.L4Off = uint16(l.L3), uint16(l.L4)
+	}
+	var cur *netvsc.Packet
+	next := func(n int) []byte {
+		cur = pool.Get()
+		if cur == nil || cur.Cap() < n {
+			if cur != nil {
+				cur.Free()
+			}
+			return nil
+		}
+		cur.Meta = meta
+		q.ready.push(cur)
+		return cur.SetLen(n)
+	}
+	if _, err := gso.Split(f, l, mss, 1, mode, next); err != nil {
+		q.RxNoBuf.Add(1) // the rest of the datagrams are lost, as on a full queue
+	}
+	q.RxSplit.Add(1)
+}
+
+// TxBurst hands frames to the kernel and frees them: with a virtio-net
+// header, each flow's in-order TCP segments coalesced into super-frames
+// (gro.go) and every write a writev of header, headers and payloads. A
+// write the kernel refuses is dropped and counted; it always takes all.
+func (q *Queue) TxBurst(pkts []*netvsc.Packet) int {
+	q.wmu.Lock()
+	switch {
+	case q.d.closed.Load():
+		q.TxDrops.Add(uint64(len(pkts)))
+	case !q.d.vnet:
+		for _, p := range pkts {
+			q.write(p.Data(), 1)
+		}
+	default:
+		q.wpkts = pkts
+		q.gro.burst(pkts, q.writeFn)
+		q.wpkts = nil
+	}
+	q.wmu.Unlock()
 	netvsc.PutBurst(pkts)
 	return len(pkts)
+}
+
+// writeOne is gro's write callback: the header into the head packet's
+// headroom, then one writev of it, the head frame and the other members'
+// payloads.
+func (q *Queue) writeOne(w *groWrite) {
+	head := q.wpkts[w.members[0]]
+	b := head.Prepend(vnetHdrLen)
+	w.hdr.encode(b)
+	if len(w.members) == 1 {
+		q.write(b, 1)
+		return
+	}
+	q.setIov(0, b)
+	total := len(b)
+	for k, i := range w.members[1:] {
+		d := q.wpkts[i].Data()[w.payload:]
+		q.setIov(k+1, d)
+		total += len(d)
+	}
+	n := len(w.members)
+	_, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(q.fd), uintptr(unsafe.Pointer(&q.iov[0])), uintptr(n))
+	clear(q.iov[:n])
+	if e != 0 {
+		q.TxDrops.Add(uint64(n))
+		return
+	}
+	q.TxFrames.Add(1)
+	q.TxCoalesced.Add(uint64(n - 1))
+	q.TxBytes.Add(uint64(total))
+}
+
+func (q *Queue) setIov(k int, b []byte) {
+	q.iov[k].Base = &b[0]
+	q.iov[k].SetLen(len(b))
+}
+
+// write writes one frame (frames of it: for the counters).
+func (q *Queue) write(b []byte, frames uint64) {
+	if _, err := unix.Write(q.fd, b); err != nil {
+		q.TxDrops.Add(frames)
+		return
+	}
+	q.TxFrames.Add(frames)
+	q.TxBytes.Add(uint64(len(b)))
 }
 
 // WaitTx returns at once: TxBurst never refuses.

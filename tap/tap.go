@@ -2,13 +2,26 @@
 // multi-queue TAP interface created with vishvananda/netlink: the
 // everyday way to use vmbusd's netvsc NIC with ordinary tools (ip, ping,
 // TCP sockets). It owns the TAP device (creation, MAC, MTU, carrier,
-// network namespace, deletion) and the forwarding loops; it knows nothing
-// of VMBus.
+// network namespace, deletion, offloads) and the forwarding loops; it
+// knows nothing of VMBus.
 //
-//	netvsc.Queue i --RxBurst--> Pump --write--> TAP queue i  --> kernel
+//	netvsc.Queue i --RxBurst--> Pump --GRO, writev--> TAP queue i  --> kernel
 //	kernel --> TAP queue i --read batch--> Pump --TxBurst--> NIC queue
-//	                                        (send indirection table)
+//	          (64 KiB super-frames)                 (send indirection table;
+//	                                                 LSO to the host)
 //	NIC link state --LinkChanged--> TUNSETCARRIER
+//
+// Offloads are on by default (Config.NoOffloads turns them off): the TAP
+// carries a virtio-net header and TUNSETOFFLOAD lets the kernel hand over
+// TCP super-frames of up to 64 KiB (and UDP ones from Linux 6.2) with
+// partial checksums, one read per 64 KiB. A TCP super-frame goes to the
+// NIC as a large send (netvsc MetaTxLSO: the host cuts it, with LSOv2; or
+// the NIC in software when the host has no LSO); a partial checksum
+// becomes the NIC's checksum offload when the host took it, or is finished
+// here; a UDP super-frame is cut here (LSOv2 is TCP only). The other way,
+// the in-order TCP segments of a flow in a burst from the NIC are
+// coalesced into one super-frame (gro.go), and checksums the host verified
+// reach the kernel as verified.
 package tap
 
 import (
@@ -40,14 +53,18 @@ type Config struct {
 	// Netns, when set, is the named network namespace
 	// (/var/run/netns/<name>) the interface is moved into.
 	Netns string
-	// VnetHdr puts a virtio-net header in front of every frame
-	// (IFF_VNET_HDR): received checksums the host verified reach the
-	// kernel as valid.
+	// NoOffloads makes a plain TAP: no virtio-net header, every frame
+	// complete and at most the MTU both ways, no coalescing. By default
+	// the TAP has the header and every offload the kernel accepts
+	// (Device.Offloads).
+	NoOffloads bool
+	// VnetHdr with NoOffloads keeps the virtio-net header (and the
+	// coalescing and verified checksums toward the kernel) but asks the
+	// kernel for no offloads.
 	VnetHdr bool
-	// GSO (needs VnetHdr) lets the kernel hand over frames with the
-	// checksum left to us and TCP super-frames up to 64 KiB
-	// (TUNSETOFFLOAD TUN_F_CSUM|TSO4|TSO6): one read per 64 KiB instead
-	// of per MTU; the NIC segments them (or the host does, with LSOv2).
+	// GSO is kept for older callers: offloads are on unless NoOffloads.
+	//
+	// Deprecated: offloads are the default.
 	GSO bool
 	// Addr, when valid, is assigned to the interface.
 	Addr netip.Prefix
@@ -57,15 +74,15 @@ type Config struct {
 
 // Device is a TAP interface this package created. Safe for concurrent use.
 type Device struct {
-	name   string
-	index  int
-	fds    []*os.File
-	queues []*Queue
-	ns     netns.NsHandle // the namespace it lives in; -1 for the current
-	vnet   bool
-	gso    bool
-	mtu    int
-	closed atomic.Bool
+	name     string
+	index    int
+	fds      []*os.File
+	queues   []*Queue
+	ns       netns.NsHandle // the namespace it lives in; -1 for the current
+	vnet     bool
+	offloads Offloads
+	mtu      int
+	closed   atomic.Bool
 }
 
 // Create creates a multi-queue TAP (IFF_TAP|IFF_MULTI_QUEUE|IFF_NO_PI,
@@ -81,10 +98,8 @@ func Create(cfg Config) (*Device, error) {
 		cfg.Name = "vmbusd%d"
 	}
 	flags := netlink.TUNTAP_MULTI_QUEUE_DEFAULTS
-	if cfg.GSO {
-		cfg.VnetHdr = true
-	}
-	if cfg.VnetHdr {
+	vnet := !cfg.NoOffloads || cfg.VnetHdr
+	if vnet {
 		flags |= netlink.TUNTAP_VNET_HDR
 	}
 	t := &netlink.Tuntap{
@@ -97,7 +112,7 @@ func Create(cfg Config) (*Device, error) {
 	if err := netlink.LinkAdd(t); err != nil {
 		return nil, fmt.Errorf("tap: create %s: %w", cfg.Name, err)
 	}
-	d := &Device{name: t.Attrs().Name, fds: t.Fds, ns: netns.None(), vnet: cfg.VnetHdr, gso: cfg.GSO, mtu: cfg.MTU}
+	d := &Device{name: t.Attrs().Name, fds: t.Fds, ns: netns.None(), vnet: vnet, mtu: cfg.MTU}
 	if d.mtu == 0 {
 		d.mtu = 1500
 	}
@@ -110,20 +125,27 @@ func Create(cfg Config) (*Device, error) {
 		return fail(fmt.Errorf("tap: %s: %w", d.name, err))
 	}
 	d.index = link.Attrs().Index
-	if cfg.GSO {
-		// Through RawConn: os.File.Fd would switch the fd to blocking.
+	if vnet {
+		// Through RawConn: os.File.Fd would switch the fd to blocking. The
+		// header size and the offloads belong to the device, not the fd.
 		rc, err := d.fds[0].SyscallConn()
 		var ierr error
 		if err == nil {
 			err = rc.Control(func(fd uintptr) {
-				ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4|tunFTSO6)
+				if ierr = unix.IoctlSetPointerInt(int(fd), unix.TUNSETVNETHDRSZ, vnetHdrLen); ierr != nil {
+					ierr = fmt.Errorf("TUNSETVNETHDRSZ: %w", ierr)
+					return
+				}
+				if !cfg.NoOffloads {
+					d.offloads = probeOffloads(setOffloads(int(fd)))
+				}
 			})
 		}
 		if err == nil {
 			err = ierr
 		}
 		if err != nil {
-			return fail(fmt.Errorf("tap: %s: TUNSETOFFLOAD: %w", d.name, err))
+			return fail(fmt.Errorf("tap: %s: %w", d.name, err))
 		}
 	}
 	if cfg.MAC != nil {
@@ -185,6 +207,37 @@ func (d *Device) Name() string { return d.name }
 // Queues returns the TAP queues, one per fd.
 func (d *Device) Queues() []*Queue { return d.queues }
 
+// Offloads returns the TUNSETOFFLOAD features the kernel accepted (none
+// with NoOffloads).
+func (d *Device) Offloads() Offloads { return d.offloads }
+
+// SetGSOMaxSize caps the super-frames the kernel hands over
+// (IFLA_GSO_MAX_SIZE), for a NIC whose host takes large sends only up to
+// a size: they then go to the host whole.
+func (d *Device) SetGSOMaxSize(n int) error {
+	h, err := d.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := h.LinkByIndex(d.index)
+	if err == nil {
+		err = h.LinkSetGSOMaxSize(link, n)
+	}
+	if err != nil {
+		return fmt.Errorf("tap: %s: gso_max_size %d: %w", d.name, n, err)
+	}
+	return nil
+}
+
+// handle returns a netlink handle in the device's namespace.
+func (d *Device) handle() (*netlink.Handle, error) {
+	if d.ns != netns.None() {
+		return netlink.NewHandleAt(d.ns)
+	}
+	return netlink.NewHandle()
+}
+
 // SetCarrier sets the interface's carrier (TUNSETCARRIER), as a NIC's
 // link state.
 func (d *Device) SetCarrier(up bool) error {
@@ -220,6 +273,15 @@ func (d *Device) Close() error {
 	var first error
 	for _, q := range d.queues {
 		q.close()
+	}
+	// No read or write may be under way on an fd being closed (its number
+	// could be reused): take each queue's locks, which Wait gives up once
+	// the deadline above wakes it.
+	for _, q := range d.queues {
+		q.rmu.Lock()
+		q.wmu.Lock()
+		defer q.rmu.Unlock()
+		defer q.wmu.Unlock()
 	}
 	// Delete before the last fd closes would race with the kernel's own
 	// removal of a non-persistent device: delete first, tolerate absence.

@@ -171,3 +171,70 @@ func TestFlowHashIsPerFlow(t *testing.T) {
 		t.Errorf("flowHash allocates")
 	}
 }
+
+// TestQueueBurstsAllocateNothing: reading frames from a TAP with offloads
+// and writing coalesced bursts to it allocate nothing per burst.
+func TestQueueBurstsAllocateNothing(t *testing.T) {
+	needRoot(t)
+	d, err := Create(Config{Name: "vmba%d", Queues: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Offloads()&OffloadTSO4 == 0 {
+		t.Fatalf("offloads %s: no TSO", d.Offloads())
+	}
+	q := d.Queues()[0]
+	big := testPool(t, 64, 65536+128)
+	small := testPool(t, 256, 2048)
+	q.SetPool(big)
+	q.SetNIC(netvsc.TxOffloads{TCP4Checksum: true, LSO4: 62780}, small)
+	l, err := netlink.LinkByName(d.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer unix.Close(fd)
+	frame := buildTCP(tcpSpec{seq: 1, ack: 2, flags: 0x10, payload: 100})
+	sa := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}
+	const runs = 50
+	for range runs + 10 {
+		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pkts := make([]*netvsc.Packet, 1)
+	got := 0
+	if a := testing.AllocsPerRun(runs, func() {
+		if q.RxBurst(pkts) == 1 {
+			got++
+			pkts[0].Free()
+		}
+	}); a != 0 {
+		t.Errorf("RxBurst: %v allocations per burst", a)
+	}
+	if got == 0 {
+		t.Fatal("RxBurst read nothing")
+	}
+	segs := stream(false, 0, 40, 1448, tsOp)
+	burst := make([]*netvsc.Packet, len(segs))
+	if a := testing.AllocsPerRun(runs, func() {
+		for i := range burst {
+			burst[i] = small.Get()
+			copy(burst[i].SetLen(len(segs[i])), segs[i])
+			burst[i].Meta.Flags = netvsc.MetaRxIPChecksumOK | netvsc.MetaRxL4ChecksumOK
+		}
+		q.TxBurst(burst)
+	}); a != 0 {
+		t.Errorf("TxBurst: %v allocations per burst", a)
+	}
+	if q.TxCoalesced.Load() == 0 || q.TxDrops.Load() != 0 {
+		t.Errorf("coalesced %d, drops %d", q.TxCoalesced.Load(), q.TxDrops.Load())
+	}
+	if small.Available() != small.Size() {
+		t.Error("packets leaked")
+	}
+}

@@ -7,13 +7,22 @@
 //
 //	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|all ...
 //
+// tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
+// sockets in this process), a 1-byte TCP request/response and ping(8),
+// with the TAP offloads on (-offloads=false for plain TAPs) and optionally
+// a GPA pool (-gpa); -v prints every layer's drop counters, -hold leaves
+// both paths up for other tools, -cpuprofile/-hostprofile and
+// -trace/-hosttrace profile the guest and the host.
+//
 // It re-executes itself as the host ("netbench host ...").
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,14 +51,23 @@ import (
 )
 
 var (
-	dur     = flag.Duration("dur", 3*time.Second, "measurement time per point")
-	asJSON  = flag.Bool("json", false, "print results as JSON lines")
-	queues  = flag.Int("queues", 1, "queues for the rate test")
-	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the guest side")
-	modes   = flag.String("modes", "hybrid,interrupt,poll", "wait modes for the rate and idle tests")
-	monLat  = flag.Duration("monitor-latency", 0, "host monitor-page scan latency the guest asks for (0: netvsc's 50 µs)")
-	reps    = flag.Int("reps", 3, "repetitions per sweep point (the median is reported)")
-	gso     = flag.Bool("gso", false, "tapveth: virtio-net header and TSO on the TAP")
+	dur       = flag.Duration("dur", 3*time.Second, "measurement time per point")
+	asJSON    = flag.Bool("json", false, "print results as JSON lines")
+	queues    = flag.Int("queues", 1, "queues for the rate test")
+	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the guest side")
+	traceOut  = flag.String("trace", "", "write an execution trace of the guest side (go tool trace: scheduler latency)")
+	hostTrace = flag.String("hosttrace", "", "tapveth: write an execution trace of the simulated host's process")
+	hostProf  = flag.String("hostprofile", "", "tapveth: write a CPU profile of the simulated host's process")
+	modes     = flag.String("modes", "hybrid,interrupt,poll", "wait modes for the rate and idle tests")
+	monLat    = flag.Duration("monitor-latency", 0, "host monitor-page scan latency the guest asks for (0: netvsc's 50 µs)")
+	reps      = flag.Int("reps", 3, "repetitions per sweep point (the median is reported)")
+	gso       = flag.Bool("gso", false, "tapveth: same as -offloads=true (kept for older scripts)")
+	offl      = flag.Bool("offloads", true, "tapveth: virtio-net headers with checksum and segmentation offloads on the guest's TAP and the host's TAP port")
+	gpaPool   = flag.Bool("gpa", false, "tapveth: give the guest NIC a GPA pool in the simulated guest memory, so large sends go GPA-direct")
+	verbose   = flag.Bool("v", false, "tapveth: print drop counters of every layer to stderr after each point")
+	tcpTool   = flag.String("tcp", "auto", "tapveth: TCP load: iperf3, go (in-process sockets), or auto (iperf3 when installed)")
+	hold      = flag.Bool("hold", false, "tapveth: set both paths up, print the namespaces and addresses, and wait for SIGINT instead of measuring")
+	rxStage   = flag.Int("rxstage", 0, "tapveth: the guest NIC's RxStage, and twice that many pool packets (0: netvsc's defaults)")
 )
 
 func main() {
@@ -68,6 +87,15 @@ func main() {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *traceOut != "" {
+		f, err := os.Create(*traceOut)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		trace.Start(f)
+		defer trace.Stop()
 	}
 	tests := flag.Args()
 	if len(tests) == 0 || tests[0] == "all" {
@@ -220,7 +248,26 @@ func runHost(args []string) error {
 	maxq := fs.Int("maxq", 8, "max queues")
 	ns := fs.String("netns", "", "tap port namespace")
 	addr := fs.String("addr", "", "tap port address")
+	offloads := fs.Bool("offloads", true, "tap port: virtio-net header and offloads")
+	prof := fs.String("cpuprofile", "", "write a CPU profile of the host")
+	traceOut := fs.String("trace", "", "write an execution trace of the host")
 	fs.Parse(args)
+	if *traceOut != "" {
+		f, err := os.Create(*traceOut)
+		if err != nil {
+			return err
+		}
+		trace.Start(f)
+		defer trace.Stop()
+	}
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	h, err := sim.New(sim.Config{Root: *root, Profile: sim.DefaultProfile})
 	if err != nil {
 		return err
@@ -244,7 +291,7 @@ func runHost(args []string) error {
 		if err != nil {
 			return err
 		}
-		t, err := sim.NewTAP(sim.TAPConfig{Netns: *ns, Name: "hv0", Addr: pfx})
+		t, err := sim.NewTAP(sim.TAPConfig{Netns: *ns, Name: "hv0", Addr: pfx, NoOffloads: !*offloads})
 		if err != nil {
 			return err
 		}
@@ -266,6 +313,11 @@ func runHost(args []string) error {
 	}
 	ns2 := sn.Stats()
 	st["host_rx_dropped"], st["host_missed_wakeups"] = ns2.RxDropped, ns2.MissedWakeups
+	st["host_rx_too_big"], st["host_tx_dropped"], st["host_tx_packets"], st["host_rx_packets"] = ns2.RxTooBig, ns2.TxDropped, ns2.TxPackets, ns2.RxPackets
+	if t, ok := p.(*sim.TAP); ok {
+		st["port_rx_dropped"] = t.RxDropped()
+		_, _, st["port_tx_errors"] = t.Stats()
+	}
 	b, _ := json.Marshal(st)
 	fmt.Println(string(b))
 	return nil
@@ -493,13 +545,27 @@ func sweepPoint(size, mib int) (map[string]any, error) {
 		"stops_per_kpkt": float64(s1.StopQueue-s0.StopQueue) / (pk / 1e3), "no_section_per_kpkt": float64(s1.TxNoSpace-s0.TxNoSpace) / (pk / 1e3)}, nil
 }
 
-// testTapVeth: TCP throughput and ICMP-free latency between two network
-// namespaces, once through the simulated host and vmbusd's TAP attachment,
-// once through a veth pair (the kernel's own path), in the same run.
+// testTapVeth: TCP throughput (both directions) and round trips between
+// two network namespaces, once through the simulated host and vmbusd's
+// TAP attachment, once through a veth pair (the kernel's own path), in the
+// same run. TCP comes from iperf3 when it is installed (-tcp), otherwise
+// from sockets in this process; the round trips are a 1-byte TCP
+// request/response (rr_us) and ICMP echo (ping_us, when ping is installed).
 func testTapVeth() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
 	}
+	tool := *tcpTool
+	if tool == "auto" {
+		tool = "go"
+		if _, err := exec.LookPath("iperf3"); err == nil {
+			tool = "iperf3"
+		}
+	}
+	if tool != "go" && tool != "iperf3" {
+		return fmt.Errorf("-tcp %q: want iperf3, go or auto", tool)
+	}
+	offloads := *offl || *gso
 	id := strconv.Itoa(os.Getpid() % 100000)
 	hns, gns := "nbh"+id, "nbg"+id
 	for _, ns := range []string{hns, gns} {
@@ -515,18 +581,32 @@ func testTapVeth() error {
 		})
 	}
 	// vmbusd path.
-	h, err := startHost("-port", "tap", "-netns", hns, "-addr", "10.88.0.1/24", "-maxq", "2")
+	h, err := startHost("-port", "tap", "-netns", hns, "-addr", "10.88.0.1/24", "-maxq", "2",
+		"-offloads="+strconv.FormatBool(offloads), "-cpuprofile", *hostProf, "-trace", *hostTrace)
 	if err != nil {
 		return err
 	}
-	defer h.stop()
-	n, err := h.open(netvsc.Config{Queues: 2, Mode: modeList()[0], MonitorLatency: *monLat})
+	defer func() {
+		if st := h.stop(); *verbose {
+			fmt.Fprintf(os.Stderr, "host: %v\n", st)
+		}
+	}()
+	cfg := netvsc.Config{Queues: 2, Mode: modeList()[0], MonitorLatency: *monLat, RxStage: *rxStage, PoolPackets: 2 * *rxStage}
+	if *gpaPool {
+		g, err := netvsc.OpenSimGPAPool(h.root, 0, 64<<20)
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		cfg.GPAPool = g
+	}
+	n, err := h.open(cfg)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
 	dev, err := tap.Create(tap.Config{Name: "vmbusd0", Queues: len(n.Queues()), MAC: n.MAC(), MTU: n.MTU(), Netns: gns,
-		Addr: netip.MustParsePrefix("10.88.0.2/24"), GSO: *gso})
+		Addr: netip.MustParsePrefix("10.88.0.2/24"), NoOffloads: !offloads})
 	if err != nil {
 		return err
 	}
@@ -553,34 +633,175 @@ func testTapVeth() error {
 			return fmt.Errorf("%v %s", err, out)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	if err := waitReachable(gns, "10.88.0.1", "10.89.0.1"); err != nil {
+		return err
+	}
+	if *hold {
+		fmt.Printf("guest netns %s (vmbusd0 10.88.0.2, veth 10.89.0.2); host netns %s (vmbusd path 10.88.0.1, veth 10.89.0.1)\n", gns, hns)
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1)
+		for s := range sig {
+			if s != syscall.SIGUSR1 {
+				return nil
+			}
+			printDrops(n, dev, hns, gns) // kill -USR1: the counters so far
+		}
+	}
 	for _, p := range []struct{ path, srv string }{{"vmbusd-tap", "10.88.0.1"}, {"veth", "10.89.0.1"}} {
 		for _, conns := range []int{1, 4} {
 			c0, hc0, t0 := selfCPU(), h.cpu(), time.Now()
-			gbps, rtt, err := tcpBench(hns, gns, p.srv, conns, *dur)
+			var r tcpResult
+			if tool == "iperf3" {
+				r, err = iperfBench(hns, gns, p.srv, conns, *dur)
+			} else {
+				r, err = tcpBench(hns, gns, p.srv, conns, *dur)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.path, err)
 			}
 			c1, hc1, el := selfCPU(), h.cpu(), time.Since(t0)
-			emit(map[string]any{"test": "tapveth", "path": p.path, "mode": modeList()[0].String(), "gso": *gso, "conns": conns, "gbps": gbps, "rr_us": rtt,
+			if *verbose && p.path == "vmbusd-tap" {
+				printDrops(n, dev, hns, gns)
+			}
+			emit(map[string]any{"test": "tapveth", "path": p.path, "mode": modeList()[0].String(), "gso": offloads, "offloads": offloads,
+				"gpa": *gpaPool, "tool": tool, "conns": conns, "gbps": r.gbps, "gbps_rev": r.gbpsRev, "retrans": r.retrans,
+				"rr_us": r.rrUS, "ping_us": pingRTT(gns, p.srv),
 				"netbench_cpu": (c1 - c0) / el.Seconds(), "host_cpu": (hc1 - hc0) / el.Seconds()},
-				"test", "path", "mode", "gso", "conns", "gbps", "rr_us", "netbench_cpu", "host_cpu")
+				"test", "path", "mode", "offloads", "gpa", "tool", "conns", "gbps", "gbps_rev", "retrans", "rr_us", "ping_us", "netbench_cpu", "host_cpu")
 		}
 	}
 	return nil
 }
 
+// waitReachable waits until a TCP connection attempt to each address
+// from namespace ns is answered (accepted or refused), so ARP and the
+// attachment are up before measuring.
+func waitReachable(ns string, addrs ...string) error {
+	for _, a := range addrs {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := tap.InNetns(ns, func() error {
+				c, err := net.DialTimeout("tcp4", a+":9", 200*time.Millisecond)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			})
+			if err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s unreachable from %s: %w", a, ns, err)
+			}
+		}
+	}
+	return nil
+}
+
+// tcpResult is one TCP measurement: guest-to-host and host-to-guest
+// Gbit/s, retransmitted segments, and the request/response round trip.
+type tcpResult struct {
+	gbps, gbpsRev, rrUS float64
+	retrans             int
+}
+
+// iperfBench runs iperf3 with conns streams from the guest namespace to a
+// server in the host namespace for d, then the reverse direction (-R),
+// then the in-process request/response round trip.
+func iperfBench(hns, gns, srv string, conns int, d time.Duration) (tcpResult, error) {
+	var r tcpResult
+	port := strconv.Itoa(20000 + os.Getpid()%20000)
+	var srvOut strings.Builder
+	server := exec.Command("ip", "netns", "exec", hns, "iperf3", "-s", "-B", srv, "-p", port)
+	server.Stdout, server.Stderr = &srvOut, &srvOut
+	if err := server.Start(); err != nil {
+		return r, err
+	}
+	defer func() {
+		server.Process.Kill()
+		server.Wait()
+	}()
+	for _, rev := range []bool{false, true} {
+		args := []string{"netns", "exec", gns, "iperf3", "-c", srv, "-p", port, "-J",
+			"-t", strconv.FormatFloat(d.Seconds(), 'f', 1, 64), "-P", strconv.Itoa(conns), "--connect-timeout", "5000"}
+		if rev {
+			args = append(args, "-R")
+		}
+		var out []byte
+		var err error
+		for deadline := time.Now().Add(15 * time.Second); ; { // until the server listens
+			out, err = exec.Command("ip", args...).Output()
+			if (err == nil && !bytes.Contains(out, []byte("unable to connect"))) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			return r, fmt.Errorf("iperf3: %v %s (server: %s)", err, out, srvOut.String())
+		}
+		var res struct {
+			End struct {
+				SumSent     struct{ Retransmits int } `json:"sum_sent"`
+				SumReceived struct {
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			return r, fmt.Errorf("iperf3 output: %w", err)
+		}
+		if res.Error != "" {
+			return r, fmt.Errorf("iperf3: %s", res.Error)
+		}
+		if rev {
+			r.gbpsRev = res.End.SumReceived.BitsPerSecond / 1e9
+		} else {
+			r.gbps = res.End.SumReceived.BitsPerSecond / 1e9
+		}
+		r.retrans += res.End.SumSent.Retransmits
+	}
+	rr, err := tcpRR(hns, gns, srv)
+	r.rrUS = rr
+	return r, err
+}
+
+// pingRTT returns the mean ICMP echo round trip from namespace ns to dst
+// in µs over 200 echoes, or -1 without ping(8).
+func pingRTT(ns, dst string) float64 {
+	out, err := exec.Command("ip", "netns", "exec", ns, "ping", "-q", "-c", "200", "-i", "0.002", "-W", "1", dst).Output()
+	if err != nil {
+		return -1
+	}
+	// rtt min/avg/max/mdev = 0.031/0.045/0.120/0.010 ms
+	s := string(out)
+	i := strings.Index(s, " = ")
+	if i < 0 {
+		return -1
+	}
+	f := strings.Split(strings.Fields(s[i+3:])[0], "/")
+	if len(f) < 2 {
+		return -1
+	}
+	avg, err := strconv.ParseFloat(f[1], 64)
+	if err != nil {
+		return -1
+	}
+	return avg * 1000
+}
+
 // tcpBench streams from the guest namespace to a server in the host
-// namespace over conns connections for d, then measures a 1-byte
-// request/response round trip; it returns Gbit/s and the mean RTT in µs.
-func tcpBench(hns, gns, srv string, conns int, d time.Duration) (float64, float64, error) {
+// namespace over conns connections for d (sockets in this process), then
+// measures the request/response round trip.
+func tcpBench(hns, gns, srv string, conns int, d time.Duration) (tcpResult, error) {
+	var r tcpResult
 	var ln net.Listener
 	if err := tap.InNetns(hns, func() error {
 		var err error
 		ln, err = net.Listen("tcp4", srv+":5201")
 		return err
 	}); err != nil {
-		return 0, 0, err
+		return r, err
 	}
 	defer ln.Close()
 	var total atomic.Uint64
@@ -599,28 +820,16 @@ func tcpBench(hns, gns, srv string, conns int, d time.Duration) (float64, float6
 					if err != nil {
 						return
 					}
-					if k == 1 && buf[0] == 'p' { // ping-pong probe
-						c.Write(buf[:1])
-					}
 				}
 			}()
 		}
 	}()
-	dial := func() (net.Conn, error) {
-		var c net.Conn
-		err := tap.InNetns(gns, func() error {
-			var err error
-			c, err = net.DialTimeout("tcp4", srv+":5201", 5*time.Second)
-			return err
-		})
-		return c, err
-	}
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
 	for i := 0; i < conns; i++ {
-		c, err := dial()
+		c, err := dialIn(gns, srv+":5201")
 		if err != nil {
-			return 0, 0, err
+			return r, err
 		}
 		wg.Add(1)
 		go func() {
@@ -636,10 +845,47 @@ func tcpBench(hns, gns, srv string, conns int, d time.Duration) (float64, float6
 	}
 	start := time.Now()
 	wg.Wait()
-	gbps := float64(total.Load()) * 8 / time.Since(start).Seconds() / 1e9
-	c, err := dial()
+	r.gbps = float64(total.Load()) * 8 / time.Since(start).Seconds() / 1e9
+	rr, err := tcpRR(hns, gns, srv)
+	r.rrUS = rr
+	return r, err
+}
+
+func dialIn(ns, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := tap.InNetns(ns, func() error {
+		var err error
+		c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// tcpRR returns the mean round trip in µs of a 1-byte request and its
+// 1-byte response over one TCP connection (Nagle off) from the guest
+// namespace to an echo server in the host namespace.
+func tcpRR(hns, gns, srv string) (float64, error) {
+	var ln net.Listener
+	if err := tap.InNetns(hns, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", srv+":5202")
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.(*net.TCPConn).SetNoDelay(true)
+		io.Copy(c, c)
+	}()
+	c, err := dialIn(gns, srv+":5202")
 	if err != nil {
-		return gbps, 0, err
+		return 0, err
 	}
 	defer c.Close()
 	c.(*net.TCPConn).SetNoDelay(true)
@@ -647,10 +893,32 @@ func tcpBench(hns, gns, srv string, conns int, d time.Duration) (float64, float6
 	const rounds = 2000
 	t0 := time.Now()
 	for i := 0; i < rounds; i++ {
-		c.Write(b)
+		if _, err := c.Write(b); err != nil {
+			return 0, err
+		}
 		if _, err := io.ReadFull(c, b); err != nil {
-			return gbps, 0, err
+			return 0, err
 		}
 	}
-	return gbps, float64(time.Since(t0).Microseconds()) / rounds, nil
+	return float64(time.Since(t0).Microseconds()) / rounds, nil
+}
+
+// printDrops writes the drop counters along the TAP path to stderr.
+func printDrops(n *netvsc.NIC, dev *tap.Device, hns, gns string) {
+	for _, q := range n.Stats().Queues {
+		fmt.Fprintf(os.Stderr, "nic q%d: rx %d no_memory %d too_big %d | tx %d copied %d gpa %d segmented %d segments %d too_big %d no_space %d busy %d stop %d\n",
+			q.Queue, q.RxPackets, q.RxNoMemory, q.RxTooBig, q.TxPackets, q.TxCopied, q.TxGPA, q.TxSegmented, q.TxSegments, q.TxTooBig, q.TxNoSpace, q.TxBusy, q.StopQueue)
+	}
+	for _, q := range n.Stats().Queues {
+		fmt.Fprintf(os.Stderr, "nic q%d: lso %d\n", q.Queue, q.TxLSO)
+	}
+	fmt.Fprintf(os.Stderr, "tap offloads %s\n", dev.Offloads())
+	for _, q := range dev.Queues() {
+		fmt.Fprintf(os.Stderr, "tap q%d: rx %d (udp split %d) nobuf %d dropped %d | tx %d (coalesced %d) drops %d\n", q.Index(),
+			q.RxFrames.Load(), q.RxSplit.Load(), q.RxNoBuf.Load(), q.RxDropped.Load(), q.TxFrames.Load(), q.TxCoalesced.Load(), q.TxDrops.Load())
+	}
+	for _, x := range []struct{ ns, dev string }{{gns, dev.Name()}, {hns, "hv0"}} {
+		out, _ := exec.Command("ip", "-n", x.ns, "-s", "link", "show", x.dev).CombinedOutput()
+		fmt.Fprintf(os.Stderr, "%s %s:\n%s", x.ns, x.dev, out)
+	}
 }

@@ -78,13 +78,25 @@ type rig struct {
 	att     *tap.Attachment
 	hostNS  string
 	guestNS string
+	opts    rigOptions
 }
 
 func newRig(t *testing.T, nc sim.NICConfig, queues int, veth bool) *rig {
+	return newRigWith(t, nc, queues, veth, rigOptions{})
+}
+
+// rigOptions vary a rig's offloads: the guest TAP's and the host port's
+// (virtio-net header and TUNSETOFFLOAD), the guest NIC's (host checksum
+// and LSO offloads), and a GPA pool for the guest NIC.
+type rigOptions struct {
+	noTAPOffloads, noHostOffloads, noNICOffloads, gpa bool
+}
+
+func newRigWith(t *testing.T, nc sim.NICConfig, queues int, veth bool, o rigOptions) *rig {
 	t.Helper()
 	needRoot(t)
 	id := fmt.Sprintf("%d%d", os.Getpid()%10000, time.Now().UnixNano()%1000)
-	r := &rig{hostNS: "vmbh" + id, guestNS: "vmbg" + id}
+	r := &rig{hostNS: "vmbh" + id, guestNS: "vmbg" + id, opts: o}
 	netnsAdd(t, r.hostNS)
 	netnsAdd(t, r.guestNS)
 	var err error
@@ -93,7 +105,7 @@ func newRig(t *testing.T, nc sim.NICConfig, queues int, veth bool) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.host.Close() })
-	r.port, err = sim.NewTAP(sim.TAPConfig{Netns: r.hostNS, Name: "hv0", Addr: hostAddr, Veth: veth})
+	r.port, err = sim.NewTAP(sim.TAPConfig{Netns: r.hostNS, Name: "hv0", Addr: hostAddr, Veth: veth, NoOffloads: o.noHostOffloads})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +129,23 @@ func (r *rig) open(t *testing.T, queues int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r.nic, err = netvsc.Open(ctx, dev, netvsc.Config{Queues: queues, Mode: rigMode, ControlTimeout: 10 * time.Second, SubchannelTimeout: time.Second})
+	cfg := netvsc.Config{Queues: queues, Mode: rigMode, ControlTimeout: 10 * time.Second, SubchannelTimeout: time.Second,
+		NoOffloads: r.opts.noNICOffloads}
+	if r.opts.gpa {
+		g, err := netvsc.OpenSimGPAPool(r.host.Root(), 0, 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		cfg.GPAPool = g
+	}
+	r.nic, err = netvsc.Open(ctx, dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.nic.Close() })
 	r.dev, err = tap.Create(tap.Config{Name: "vmbusd0", Queues: len(r.nic.Queues()), MAC: r.nic.MAC(), MTU: r.nic.MTU(),
-		Netns: r.guestNS, Addr: guestAddr, GSO: rigGSO})
+		Netns: r.guestNS, Addr: guestAddr, NoOffloads: r.opts.noTAPOffloads})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,10 +229,17 @@ func TestPingBothWays(t *testing.T) {
 // back), verifying SHA-256 on both ends.
 func transfer(t *testing.T, r *rig, conns, size int) {
 	t.Helper()
+	transferTo(t, r, hostAddr.Addr(), conns, size)
+}
+
+// transferTo is transfer to a listener on dst (an address of the host
+// namespace).
+func transferTo(t *testing.T, r *rig, dst netip.Addr, conns, size int) {
+	t.Helper()
 	var ln net.Listener
 	if err := tap.InNetns(r.hostNS, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", net.JoinHostPort(hostAddr.Addr().String(), "5001"))
+		ln, err = net.Listen("tcp", net.JoinHostPort(dst.String(), "5001"))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -254,7 +283,7 @@ func transfer(t *testing.T, r *rig, conns, size int) {
 		var c net.Conn
 		if err := tap.InNetns(r.guestNS, func() error {
 			var err error
-			c, err = net.DialTimeout("tcp4", net.JoinHostPort(hostAddr.Addr().String(), "5001"), 10*time.Second)
+			c, err = net.DialTimeout("tcp", net.JoinHostPort(dst.String(), "5001"), 10*time.Second)
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -285,26 +314,70 @@ func transfer(t *testing.T, r *rig, conns, size int) {
 	}
 }
 
-// rigGSO attaches with a virtio-net header and TSO on the TAP.
-var rigGSO = false
-
-// TestTCPTransferGSO: the same transfer with the TAP handing over 64 KiB
-// TCP super-frames (segmented by the NIC) and partial checksums.
-func TestTCPTransferGSO(t *testing.T) {
-	rigGSO = true
-	defer func() { rigGSO = false }()
-	r := newRig(t, sim.NICConfig{MaxQueues: 2}, 2, false)
-	start := time.Now()
-	transfer(t, r, 4, 8<<20)
-	st := r.nic.Stats()
-	var seg uint64
-	for _, q := range st.Queues {
-		seg += q.TxSegmented
+// TestTCPTransferOffloads moves SHA-256-verified TCP data both ways with
+// the offloads on (the default: 64 KiB super-frames from the guest's TAP
+// sent as large sends that fill send sections, or whole GPA-direct with a
+// GPA pool; the host's TAP port taking them whole; segments coalesced
+// toward the guest's kernel), with the host granting none (the guest cuts
+// super-frames and finishes checksums itself), and with plain TAPs.
+func TestTCPTransferOffloads(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    rigOptions
+	}{
+		{"default", rigOptions{}},
+		{"gpa", rigOptions{gpa: true}},
+		{"host-grants-none", rigOptions{noNICOffloads: true}},
+		{"plain-taps", rigOptions{noTAPOffloads: true, noHostOffloads: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRigWith(t, sim.NICConfig{MaxQueues: 2}, 2, false, c.o)
+			start := time.Now()
+			transfer(t, r, 4, 8<<20)
+			// And over IPv6 (TSO6, LSOv2 for IPv6).
+			for _, a := range []struct{ ns, dev, addr string }{{r.hostNS, "hv0", "fd77::1/64"}, {r.guestNS, r.dev.Name(), "fd77::2/64"}} {
+				if out, err := exec.Command("ip", "-n", a.ns, "addr", "add", a.addr, "dev", a.dev, "nodad").CombinedOutput(); err != nil {
+					t.Fatalf("ip addr add %s: %v %s", a.addr, err, out)
+				}
+			}
+			transferTo(t, r, netip.MustParseAddr("fd77::1"), 2, 4<<20)
+			var st netvsc.QueueStats
+			for _, q := range r.nic.Stats().Queues {
+				st.TxLSO += q.TxLSO
+				st.TxGPA += q.TxGPA
+				st.TxSegments += q.TxSegments
+			}
+			var coalesced, superFrames uint64
+			for _, q := range r.dev.Queues() {
+				coalesced += q.TxCoalesced.Load()
+				superFrames += q.RxFrames.Load()
+			}
+			hs := r.sn.Stats()
+			t.Logf("32+8 MiB both ways in %v; tap offloads %s; large sends %d (GPA-direct %d), segments cut by the guest %d, segments coalesced %d; host port rx dropped %d",
+				time.Since(start), r.dev.Offloads(), st.TxLSO, st.TxGPA, st.TxSegments, coalesced, r.port.RxDropped())
+			if hs.TxDropped != 0 || hs.TxErrors != 0 {
+				t.Errorf("host dropped %d guest frames, %d errors", hs.TxDropped, hs.TxErrors)
+			}
+			switch c.name {
+			case "default":
+				if st.TxLSO == 0 || st.TxSegments != 0 || coalesced == 0 {
+					t.Errorf("large sends %d, segments %d, coalesced %d: offloads not in use", st.TxLSO, st.TxSegments, coalesced)
+				}
+			case "gpa":
+				if st.TxGPA == 0 || st.TxLSO == 0 {
+					t.Errorf("GPA-direct %d, large sends %d", st.TxGPA, st.TxLSO)
+				}
+			case "host-grants-none":
+				if st.TxLSO != 0 || st.TxSegments == 0 {
+					t.Errorf("large sends %d, segments %d: want the guest to cut", st.TxLSO, st.TxSegments)
+				}
+			case "plain-taps":
+				if st.TxLSO != 0 || coalesced != 0 || r.dev.Offloads() != 0 {
+					t.Errorf("large sends %d, coalesced %d, offloads %s on plain TAPs", st.TxLSO, coalesced, r.dev.Offloads())
+				}
+			}
+		})
 	}
-	if seg == 0 {
-		t.Errorf("no super-frame was segmented: GSO not in use")
-	}
-	t.Logf("32 MiB both ways in %v; %d super-frames segmented", time.Since(start), seg)
 }
 
 func TestTCPTransferOverTwoQueues(t *testing.T) {
