@@ -2,10 +2,12 @@
 // the simulated host running in a separate process (so the guest's CPU is
 // its own): packet rates and CPU per million packets each way, the CPU of
 // an idle attached port per wait mode, the send-buffer size sweep under
-// bursty load, and the TAP attachment against a plain veth pair between
-// the same two network namespaces.
+// bursty load, the TAP attachment against a plain veth pair between the
+// same two network namespaces, and a transmit-only load like DPDK testpmd's
+// txonly mode (txonly, which can drive a host started by `vmbusd sim
+// --port sink`, so DPDK's guest and vmbusd's meet the same host).
 //
-//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|all ...
+//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|all ...
 //
 // It re-executes itself as the host ("netbench host ...").
 package main
@@ -49,6 +51,9 @@ var (
 	monLat  = flag.Duration("monitor-latency", 0, "host monitor-page scan latency the guest asks for (0: netvsc's 50 µs)")
 	reps    = flag.Int("reps", 3, "repetitions per sweep point (the median is reported)")
 	gso     = flag.Bool("gso", false, "tapveth: virtio-net header and TSO on the TAP")
+	simRoot = flag.String("root", "", "txonly: drive the first NIC of a host already serving this root (e.g. vmbusd sim --port sink) instead of starting one")
+	hostPID = flag.Int("host-pid", 0, "txonly with -root: the host's pid, to report its CPU")
+	txSize  = flag.Int("size", 64, "txonly: frame size in bytes")
 )
 
 func main() {
@@ -84,8 +89,10 @@ func main() {
 			err = testSweep()
 		case "tapveth":
 			err = testTapVeth()
+		case "txonly":
+			err = testTxOnly()
 		default:
-			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, all)", t)
+			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, txonly, all)", t)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "netbench:", t+":", err)
