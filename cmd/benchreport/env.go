@@ -78,6 +78,14 @@ func (e *env) logDir(parts ...string) string {
 	return d
 }
 
+// freshLogDir is logDir emptied first, for a tool that appends to or
+// tails its files.
+func (e *env) freshLogDir(parts ...string) string {
+	d := filepath.Join(append([]string{e.logRoot()}, parts...)...)
+	os.RemoveAll(d)
+	return e.logDir(parts...)
+}
+
 // rel shows path relative to the repository when it is inside it.
 func (e *env) rel(path string) string {
 	if r, err := filepath.Rel(e.repo, path); err == nil && !strings.HasPrefix(r, "..") {

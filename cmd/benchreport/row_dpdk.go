@@ -151,7 +151,7 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 // testpmdTx runs testpmd txonly once and measures it from its statistics
 // blocks and /proc.
 func testpmdTx(ctx context.Context, e *env, runsh, vmbusd string, p txPoint, secs int, name string) (txMeasure, error) {
-	dir := e.logDir("dpdk-netvsc", "testpmd-"+name)
+	dir := e.freshLogDir("dpdk-netvsc", "testpmd-"+name)
 	root := fmt.Sprintf("/dev/shm/benchreport-%d-testpmd", os.Getpid())
 	os.RemoveAll(root)
 	defer os.RemoveAll(root)
@@ -174,6 +174,7 @@ func testpmdTx(ctx context.Context, e *env, runsh, vmbusd string, p txPoint, sec
 
 	var samples []txSample
 	var sc statsScanner
+	blocks := 0
 	var tp, host int
 	var off int64
 	logPath := filepath.Join(dir, "testpmd.log")
@@ -200,6 +201,7 @@ poll:
 		chunk, n := readFrom(logPath, off)
 		off += n
 		for _, tx := range sc.feed(chunk) {
+			blocks++
 			if tp == 0 {
 				continue
 			}
@@ -216,7 +218,7 @@ poll:
 	}
 	m, err := txFromSamples(samples)
 	if err != nil {
-		return txMeasure{}, fmt.Errorf("%v (run.sh: %v; logs in %s)", err, runErr, e.rel(dir))
+		return txMeasure{}, fmt.Errorf("%v (%d blocks seen, testpmd pid %d, host pid %d; run.sh: %v; logs in %s)", err, blocks, tp, host, runErr, e.rel(dir))
 	}
 	hostOut, _ := os.ReadFile(filepath.Join(dir, "host.out"))
 	v, ok := hostViolations(string(hostOut))
@@ -341,7 +343,7 @@ func hostViolations(out string) (int, bool) {
 
 // netbenchTx runs netbench txonly once against a fresh `vmbusd sim`.
 func netbenchTx(ctx context.Context, e *env, vmbusd, netbench string, p txPoint, dur time.Duration, name string) (txMeasure, error) {
-	dir := e.logDir("dpdk-netvsc", "vmbusd-"+name)
+	dir := e.freshLogDir("dpdk-netvsc", "vmbusd-"+name)
 	root := fmt.Sprintf("/dev/shm/benchreport-%d-netbench", os.Getpid())
 	os.RemoveAll(root)
 	defer os.RemoveAll(root)

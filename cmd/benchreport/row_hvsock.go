@@ -22,7 +22,9 @@ func hvsockRow() row {
 			"10^9 bytes. Its `vsunix` table uses the default rings; its `ringsize` table, from the same run, gives hv_sock " +
 			"with the largest ring the transport allows (256 KiB) on the writer's side (send ring, guest writer) and on the " +
 			"reader's side (receive ring, host writer). Every column `hvsockbench` prints is shown; ratios divide hv_sock by " +
-			"the Unix socket pair of the same run.",
+			"the Unix socket pair of the same run. Then the tables of the kernel seeds hvsockbench reproduces (the send " +
+			"loop and the ring-size sweep) follow as it prints them, from one run of `-iterations N` (each cell is its " +
+			"min/max/avg/median over the iterations).",
 		run: runHvsock}
 }
 
@@ -52,6 +54,36 @@ func runHvsock(ctx context.Context, e *env, s *section) error {
 		return fmt.Errorf("no hvsockbench run succeeded: %s", strings.Join(s.failures, "; "))
 	}
 	h.render(s)
+	return hvsockSeeds(ctx, e, s)
+}
+
+// hvsockSeeds runs hvsockbench's seed tables once with -iterations runs
+// and carries every table it prints into the report, each with its
+// heading and the line above it.
+func hvsockSeeds(ctx context.Context, e *env, s *section) error {
+	hb, err := e.build(ctx, "hvsockbench")
+	if err != nil {
+		return err
+	}
+	loop, cell := "1G", "256M"
+	if e.quick {
+		loop, cell = "16M", "4M"
+	}
+	args := []string{"-table", "sendloop,ringsize", "-iterations", strconv.Itoa(e.runs), "-sendloop-size", loop, "-ringsize-size", cell}
+	s.ranTimes(1, "out/bench/bin/hvsockbench %s", shellArgs(args))
+	out, err := e.output(ctx, 2*time.Hour, filepath.Join(e.logDir("hvsock"), "seeds"), nil, hb, args...)
+	if err != nil {
+		s.fail("hvsockbench seed tables: %v", err)
+		return nil
+	}
+	tables := parseMarkdownTables(out)
+	if len(tables) == 0 {
+		return notUnderstood("hvsockbench -table sendloop,ringsize printed no table")
+	}
+	for _, t := range tables {
+		s.para("*%s* — %s", t.heading, strings.TrimSuffix(t.caption, ":"))
+		s.table(t.header, t.rows)
+	}
 	return nil
 }
 
