@@ -169,12 +169,20 @@ func (e *env) output(ctx context.Context, timeout time.Duration, logBase string,
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := command(ctx, e.repo, extraEnv, name, args...)
+	// The logs are written as the output comes, so a long run can be
+	// followed with tail -f.
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
+	if f, err := os.Create(logBase + ".out"); err == nil {
+		defer f.Close()
+		cmd.Stdout = io.MultiWriter(&so, f)
+	}
+	if f, err := os.Create(logBase + ".err"); err == nil {
+		defer f.Close()
+		cmd.Stderr = io.MultiWriter(&se, f)
+	}
 	err := cmd.Run()
 	killGroup(cmd)
-	os.WriteFile(logBase+".out", so.Bytes(), 0o644)
-	os.WriteFile(logBase+".err", se.Bytes(), 0o644)
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			err = fmt.Errorf("timed out after %s", timeout)
