@@ -8,7 +8,7 @@ TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools)))
 OUT      ?= $(abspath out)
 FUZZTIME ?= 10s
 
-.PHONY: all build vet test unit fuzz interop dpdk-guest bench afxdp-bench clean
+.PHONY: all build vet test unit fuzz interop dpdk-guest bench bench-smoke afxdp-bench clean
 
 all: build
 
@@ -49,10 +49,25 @@ dpdk-guest:
 	DPDK_GUEST=$(TOOLS)/dpdk-guest ./.ci/dpdk-guest 8
 	DPDK_GUEST=$(TOOLS)/dpdk-guest ./.ci/dpdk-guest-vf
 
-test: vet unit fuzz interop dpdk-guest
+test: vet unit fuzz interop dpdk-guest bench-smoke
 
+# Every side-by-side comparison in one run (the ring against DPDK's ring
+# code, netvsc against DPDK's netvsc PMD, the TAP attachment against veth,
+# hv_sock against a Unix socket pair, idle CPU, hybrid against busy
+# polling, the in-process benchmarks with benchstat), written to
+# docs/performance.md. Runs as root; rows whose tools are missing say
+# "skipped". BENCHFLAGS: -runs N (default 5), -only ROW,... (the other
+# sections are kept), -quick; `go run ./cmd/benchreport -list` lists rows.
+BENCHFLAGS ?=
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./cmd/benchreport -tools "$(TOOLS)" $(BENCHFLAGS)
+
+# The harness's smoke test: one short run of every row into $(OUT), then a
+# check that the report is well-formed and has every row (no figure is
+# asserted; a tool whose output the harness no longer understands fails).
+bench-smoke:
+	$(GO) run ./cmd/benchreport -quick -tools "$(TOOLS)" -out $(OUT)/bench-smoke/performance.md
+	$(GO) run ./cmd/benchreport -check $(OUT)/bench-smoke/performance.md
 
 # vmbusd's AF_XDP data path against DPDK's net_af_xdp on one veth pair
 # (needs root; installs dpdk). SECS per window, REPEAT=3 interleaved runs.

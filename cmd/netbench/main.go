@@ -2,10 +2,12 @@
 // the simulated host running in a separate process (so the guest's CPU is
 // its own): packet rates and CPU per million packets each way, the CPU of
 // an idle attached port per wait mode, the send-buffer size sweep under
-// bursty load, and the TAP attachment against a plain veth pair between
-// the same two network namespaces.
+// bursty load, the TAP attachment against a plain veth pair between the
+// same two network namespaces, and a transmit-only load like DPDK testpmd's
+// txonly mode (txonly, which can drive a host started by `vmbusd sim
+// --port sink`, so DPDK's guest and vmbusd's meet the same host).
 //
-//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|all ...
+//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|all ...
 //
 // tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
 // sockets in this process), a 1-byte TCP request/response and ping(8),
@@ -68,6 +70,9 @@ var (
 	tcpTool   = flag.String("tcp", "auto", "tapveth: TCP load: iperf3, go (in-process sockets), or auto (iperf3 when installed)")
 	hold      = flag.Bool("hold", false, "tapveth: set both paths up, print the namespaces and addresses, and wait for SIGINT instead of measuring")
 	rxStage   = flag.Int("rxstage", 0, "tapveth: the guest NIC's RxStage, and twice that many pool packets (0: netvsc's defaults)")
+	simRoot   = flag.String("root", "", "txonly: drive the first NIC of a host already serving this root (e.g. vmbusd sim --port sink) instead of starting one")
+	hostPID   = flag.Int("host-pid", 0, "txonly with -root: the host's pid, to report its CPU")
+	txSize    = flag.Int("size", 64, "txonly: frame size in bytes")
 )
 
 func main() {
@@ -112,8 +117,10 @@ func main() {
 			err = testSweep()
 		case "tapveth":
 			err = testTapVeth()
+		case "txonly":
+			err = testTxOnly()
 		default:
-			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, all)", t)
+			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, txonly, all)", t)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "netbench:", t+":", err)

@@ -1,0 +1,239 @@
+package main
+
+// The NIC data path against a simulated host in its own process
+// (cmd/netbench): idle CPU per wait mode, hybrid vs busy-poll throughput,
+// and the send-buffer sweep.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+func idleRow() row {
+	return row{id: "idle", title: "Idle CPU of an attached port, per wait mode",
+		how: "`netbench idle`: a NIC of a simulated host in a child process is opened with two queues, each queue's goroutine " +
+			"sits in its `RxBurst`/`Wait` loop with no traffic, and the guest process's CPU (getrusage, user+system) and the " +
+			"host's (`/proc`) are read over the window; wake-ups are blocked waits ended by an interrupt. Busy polling is " +
+			"DPDK's model (a core per polling queue) and is the anchor here.",
+		run: runIdle}
+}
+
+func rateRow() row {
+	return row{id: "rate", title: "Hybrid waiting vs busy polling under full load",
+		how: "`netbench rate`: one queue, a simulated host in a child process. Receive (host→guest): the host's generator " +
+			"sends 64 UDP flows as fast as the guest takes them; transmit (guest→host): the guest sends as fast as the ring " +
+			"takes frames into a discarding port. Frames counted over the window after a 300 ms warm-up; guest CPU is the " +
+			"netbench process's getrusage over the window. Hybrid (poll while busy, sleep on the interrupt fd when quiet, the " +
+			"default) and busy polling are measured back to back in each run; the ratio is hybrid ÷ poll, run by run.",
+		run: runRate}
+}
+
+func sweepRow() row {
+	return row{id: "sweep", title: "Send-buffer size under bursty load",
+		how: "`netbench sweep`: bursts of 8192 frames as fast as `TxBurst` takes them, 500 µs apart, one queue, with only the " +
+			"first N MiB of the 16 MiB send buffer usable (6144-byte sections). netbench repeats each point (`-reps`) and " +
+			"prints the median with the min and max, shown here. Stops are the times the queue stopped for want of a " +
+			"section or ring space, per 1000 frames; no-section counts sends that found no free section.",
+		run: runSweep}
+}
+
+// netbenchRuns runs netbench with args count times and returns each
+// run's records of test.
+func netbenchRuns(ctx context.Context, e *env, s *section, test string, count int, args ...string) ([][]jsonRecord, error) {
+	nb, err := e.build(ctx, "netbench")
+	if err != nil {
+		return nil, err
+	}
+	s.ranTimes(count, "out/bench/bin/netbench %s", shellArgs(args))
+	var all [][]jsonRecord
+	for run := range count {
+		out, err := e.output(ctx, 30*time.Minute, filepath.Join(e.logDir(test), fmt.Sprintf("run%d", run+1)), nil, nb, args...)
+		if err != nil {
+			s.fail("netbench %s run %d: %v", test, run+1, err)
+			continue
+		}
+		recs := parseJSONLines(out, test)
+		if len(recs) == 0 {
+			return nil, notUnderstood("netbench -json %s printed no %q records", test, test)
+		}
+		all = append(all, recs)
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("no netbench %s run succeeded", test)
+	}
+	return all, nil
+}
+
+// need reads the numeric fields of a record, or says which is missing.
+func need(r jsonRecord, keys ...string) ([]float64, error) {
+	var out []float64
+	for _, k := range keys {
+		v, ok := r.num(k)
+		if !ok {
+			return nil, notUnderstood("netbench record has no numeric %q: %v", k, map[string]any(r))
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func runIdle(ctx context.Context, e *env, s *section) error {
+	dur := "5s"
+	if e.quick {
+		dur = "300ms"
+	}
+	all, err := netbenchRuns(ctx, e, s, "idle", e.runs, "-json", "-dur", dur, "idle")
+	if err != nil {
+		return err
+	}
+	type figs struct{ guest, host, wake runs }
+	var modes []string
+	by := map[string]*figs{}
+	queues := map[string]string{}
+	for _, recs := range all {
+		for _, r := range recs {
+			v, err := need(r, "guest_cpu", "host_cpu", "wakeups_per_s")
+			if err != nil {
+				return err
+			}
+			m := r.str("mode")
+			if by[m] == nil {
+				by[m] = &figs{}
+				modes = append(modes, m)
+			}
+			queues[m] = r.str("queues")
+			f := by[m]
+			f.guest, f.host, f.wake = append(f.guest, v[0]), append(f.host, v[1]), append(f.wake, v[2])
+		}
+	}
+	var rows [][]string
+	for _, m := range modes {
+		f := by[m]
+		rows = append(rows, []string{m, queues[m], f.guest.cell(pct), f.host.cell(pct), f.wake.cell(sig3)})
+	}
+	s.table([]string{"wait mode", "queues", "guest CPU (% of a core)", "host CPU (% of a core)", "wake-ups/s"}, rows)
+	if p := by["poll"]; p != nil {
+		for _, m := range modes {
+			if m != "poll" {
+				s.sum(fmt.Sprintf("idle attached port (2 queues), %s vs busy polling, guest CPU %% of a core", m), pct(by[m].guest.median()), pct(p.guest.median()), ratioOfMedians(by[m].guest, p.guest).cell(times))
+			}
+		}
+	}
+	return nil
+}
+
+func runRate(ctx context.Context, e *env, s *section) error {
+	dur := "3s"
+	if e.quick {
+		dur = "300ms"
+	}
+	all, err := netbenchRuns(ctx, e, s, "rate", e.runs, "-json", "-dur", dur, "-modes", "hybrid,poll", "rate")
+	if err != nil {
+		return err
+	}
+	type key struct{ dir, size, mode string }
+	type figs struct{ pps, gbps, cpu runs }
+	var points []key
+	by := map[key]*figs{}
+	for _, recs := range all {
+		for _, r := range recs {
+			v, err := need(r, "pps", "gbps", "guest_cpu_s_per_mpkt")
+			if err != nil {
+				return err
+			}
+			k := key{r.str("dir"), r.str("size"), r.str("mode")}
+			if by[k] == nil {
+				by[k] = &figs{}
+				if k.mode == "hybrid" {
+					points = append(points, k)
+				}
+			}
+			f := by[k]
+			f.pps, f.gbps, f.cpu = append(f.pps, v[0]), append(f.gbps, v[1]), append(f.cpu, v[2])
+		}
+	}
+	if len(points) == 0 {
+		return notUnderstood("netbench rate printed no hybrid-mode records")
+	}
+	dirName := map[string]string{"rx": "receive (host→guest)", "tx": "transmit (guest→host)"}
+	var rows [][]string
+	for _, k := range points {
+		h := by[k]
+		p := by[key{k.dir, k.size, "poll"}]
+		if p == nil {
+			p = &figs{}
+		}
+		rows = append(rows, []string{dirName[k.dir], k.size, h.pps.cell(scaled(1e6)), p.pps.cell(scaled(1e6)), ratios(h.pps, p.pps).cell(times),
+			h.gbps.cell(sig3), p.gbps.cell(sig3), h.cpu.cell(sig3), p.cpu.cell(sig3)})
+		if len(p.pps) > 0 {
+			s.sum(fmt.Sprintf("%s %s B, hybrid vs busy polling, Mpps", dirName[k.dir], k.size), scaled(1e6)(h.pps.median()), scaled(1e6)(p.pps.median()), ratios(h.pps, p.pps).cell(times))
+		}
+	}
+	s.table([]string{"direction", "frame B", "hybrid Mpps", "poll Mpps", "hybrid ÷ poll", "hybrid Gbit/s", "poll Gbit/s", "hybrid guest CPU-s/Mpkt", "poll guest CPU-s/Mpkt"}, rows)
+	return nil
+}
+
+func runSweep(ctx context.Context, e *env, s *section) error {
+	dur := "2s"
+	if e.quick {
+		dur = "200ms"
+	}
+	// netbench repeats each point itself, so it runs once.
+	reps := e.runs
+	all, err := netbenchRuns(ctx, e, s, "sweep", 1, "-json", "-dur", dur, "-reps", strconv.Itoa(reps), "sweep")
+	if err != nil {
+		return err
+	}
+	type key struct{ mib, size string }
+	type figs struct{ med, lo, hi, stops, nosec, sections float64 }
+	by := map[key]figs{}
+	var mibs, sizes []string
+	for _, r := range all[0] {
+		v, err := need(r, "pps", "pps_min", "pps_max", "stops_per_kpkt", "no_section_per_kpkt", "sections")
+		if err != nil {
+			return err
+		}
+		k := key{r.str("sendbuf_mib"), r.str("size")}
+		by[k] = figs{v[0], v[1], v[2], v[3], v[4], v[5]}
+		if !contains(mibs, k.mib) {
+			mibs = append(mibs, k.mib)
+		}
+		if !contains(sizes, k.size) {
+			sizes = append(sizes, k.size)
+		}
+	}
+	header := []string{"send buffer MiB", "sections"}
+	for _, sz := range sizes {
+		header = append(header, sz+" B Mpps", sz+" B Gbit/s", sz+" B stops/kpkt", sz+" B no-section/kpkt")
+	}
+	var rows [][]string
+	for _, m := range mibs {
+		row := []string{m, ""}
+		for _, sz := range sizes {
+			f, ok := by[key{m, sz}]
+			if !ok {
+				row = append(row, "–", "–", "–", "–")
+				continue
+			}
+			row[1] = intf(f.sections)
+			b, _ := strconv.ParseFloat(sz, 64)
+			gb := func(pps float64) float64 { return pps * b * 8 / 1e9 }
+			row = append(row, spread(f.med/1e6, f.lo/1e6, f.hi/1e6), spread(gb(f.med), gb(f.lo), gb(f.hi)), sig3(f.stops), sig3(f.nosec))
+		}
+		rows = append(rows, row)
+	}
+	s.para("Median of %d repetitions per point, [min–max]; stop counts are those of the median repetition.", reps)
+	s.table(header, rows)
+	return nil
+}
+
+// spread writes a median with its range.
+func spread(med, lo, hi float64) string {
+	if sig3(lo) == sig3(hi) {
+		return sig3(med)
+	}
+	return fmt.Sprintf("%s [%s–%s]", sig3(med), sig3(lo), sig3(hi))
+}
