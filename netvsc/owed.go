@@ -44,6 +44,11 @@ func (o *owed) add(tid uint32) bool {
 	return true
 }
 
+// owes reports whether tid is owed now.
+func (o *owed) owes(tid uint32) bool {
+	return int(tid) < len(o.tids) && o.set[tid/64]&(1<<(tid%64)) != 0
+}
+
 // len returns how many completions are owed.
 func (o *owed) len() int { return o.n }
 

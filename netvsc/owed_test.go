@@ -1,6 +1,7 @@
 package netvsc
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 
@@ -115,5 +116,128 @@ func TestOwedRing(t *testing.T) {
 	}
 	if o.len() != 0 {
 		t.Fatal("not empty")
+	}
+}
+
+// hookHandler is a slog.Handler that runs fn on every record with msg: a
+// way to act at a precise point inside the receive path, on its goroutine.
+type hookHandler struct {
+	msg string
+	fn  func()
+}
+
+func (h hookHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h hookHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.fn()
+	}
+	return nil
+}
+func (h hookHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h hookHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestCompletionWaitsForEveryRange: a transfer-page packet's completion
+// cannot be sent while its ranges are still being read. Any goroutine
+// holding outMu (a TxBurst) sends the completions owed, and a host that
+// reads one may write new frames over those sub-allocations at once (the
+// simulated host does: with nothing else out it starts again at its first
+// sub-allocation). Here the packet carries a link indication and then a
+// frame; while the indication is handled (its log line), the test does
+// what a TxBurst may do at that moment and, as the host, rewrites every
+// sub-allocation whose completion it finds. The frame received must be the
+// one the host sent, and its completion must come once, after the packet.
+func TestCompletionWaitsForEveryRange(t *testing.T) {
+	const (
+		count = 8
+		sub   = 2048
+		tid   = 3
+	)
+	pg := vmbus.DataOffset()
+	const ringSize = 64 << 10
+	mem := make([]byte, 2*(pg+ringSize))
+	split := pg + ringSize
+	if err := vmbus.InitRingHeader(mem[:split]); err != nil {
+		t.Fatal(err)
+	}
+	if err := vmbus.InitRingHeader(mem[split:]); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := vmbus.NewChannel(vmbus.ChannelConfig{Ring: mem, Split: split, Signaler: nopSignaler{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := vmbus.NewInRing(mem[:split], 0) // the host reads our outbound ring
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := NewPool(16, sub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nic := &NIC{linkCh: make(chan struct{}), events: map[string]uint64{}}
+	s := &session{subAllocs: count, recv: make([]byte, count*sub), dead: make(chan struct{}), nic: nic}
+	s.running.Store(true)
+	q := &Queue{s: s, ch: ch, pool: pool, stage: make([]*Packet, 4), fresh: make([]*Packet, 4),
+		scratch: make([]byte, maxControlMessage), ackMsg: NVSPRNDISComplete{Status: NVSPStatSuccess}.Marshal(nil)}
+	q.initAcks()
+
+	sent, reused := []byte("frame 1 from the host"), []byte("frame 2 from the host") // as long: the range fits both
+	ind := RNDISIndicateStatus{Status: RNDISStatusMediaConnect}.Marshal(nil)
+	copy(s.recv[0:], ind) // from the control sub-allocations
+	n, err := PutRNDISPacket(s.recv[tid*sub:], nil, sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	completions := func() []uint64 {
+		var tids []uint64
+		buf := make([]byte, host.MaxPacket())
+		for {
+			p, err := host.Read(buf)
+			if err == vmbus.ErrRingEmpty {
+				return tids
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Type == vmbus.PacketCompletion {
+				tids = append(tids, p.TransID)
+			}
+		}
+	}
+	early := 0
+	s.log = slog.New(hookHandler{msg: "link", fn: func() {
+		q.sendAcks(true)
+		for _, done := range completions() {
+			early++
+			if _, err := PutRNDISPacket(s.recv[done*sub:], nil, reused); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+
+	hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 2)
+	hdr = vmbus.AppendTransferRange(hdr, uint32(len(ind)), 0)
+	hdr = vmbus.AppendTransferRange(hdr, uint32(n), tid*sub)
+	p, err := xferPacket(t, tid, hdr, nvspData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.handle(&p); err != nil {
+		t.Fatal(err)
+	}
+	if !s.linkUp.Load() {
+		t.Fatal("the link indication was not handled")
+	}
+	got := make([]*Packet, 2)
+	if k := q.unstageLocked(got); k != 1 {
+		t.Fatalf("%d frames received, want 1", k)
+	}
+	if string(got[0].Data()) != string(sent) {
+		t.Errorf("received %q, want %q (%d completions went out while the packet was read)", got[0].Data(), sent, early)
+	}
+	got[0].Free()
+	q.sendAcks(true)
+	if after := completions(); early != 0 || len(after) != 1 || after[0] != tid {
+		t.Errorf("completions %d while the packet was read, %v after it; want none, then [%d]", early, after, tid)
 	}
 }

@@ -268,13 +268,26 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		if p.TransID >= uint64(q.s.subAllocs) {
 			return perr("XFER_PAGES", KindSectionIndex, "transaction_id", p.TransID)
 		}
+		// The tid is owed only once every range was read: from then on
+		// whoever holds outMu (a TxBurst on another goroutine) may send
+		// its completion, and the host may write new frames over the
+		// sub-allocations as soon as it reads that. Only inMu's holder
+		// adds, so the check still holds when the tid is added.
+		tid := uint32(p.TransID)
 		q.ackMu.Lock()
-		fresh := q.acks.add(uint32(p.TransID))
+		dup := q.acks.owes(tid)
 		q.ackMu.Unlock()
-		if !fresh {
+		if dup {
 			return perr("XFER_PAGES", KindDuplicateTID, "transaction_id", p.TransID)
 		}
-		return parseXfer(p, q.s.recv, q.scratch, q)
+		err := parseXfer(p, q.s.recv, q.scratch, q)
+		q.ackMu.Lock()
+		added := q.acks.add(tid)
+		q.ackMu.Unlock()
+		if !added && err == nil {
+			err = perr("XFER_PAGES", KindDuplicateTID, "transaction_id", p.TransID)
+		}
+		return err
 	case vmbus.PacketCompletion:
 		return q.complete(p)
 	case vmbus.PacketInband:

@@ -96,7 +96,7 @@ func (q *Queue) stats() QueueStats {
 		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
 		StopQueue: c.stopQueue.load(), TxDropOversize: c.txDropOversize.load(),
-		TxLSO: c.txLSO.load(),
+		TxLSO:       c.txLSO.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
 		Channel: q.ch.Stats(),
 	}
