@@ -26,7 +26,7 @@ func AllocBudget(t TB, budget float64, runs int, f func()) {
 	if got > budget {
 		t.Errorf("%v allocations per run (mean of %d runs, rounded down), budget %v: "+
 			"a path held to its allocation budget allocates; find it with "+
-			"go test -run '^%s$' -memprofile mem.out -memprofilerate 1 and go tool pprof -list",
+			"go test -run '^%s$' -memprofile mem.out -memprofilerate 1 && go tool pprof -sample_index=alloc_objects -top mem.out",
 			got, runs, budget, rootName(t))
 	}
 }
