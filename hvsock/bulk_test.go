@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -18,7 +19,7 @@ import (
 // every byte. Sizes: 8 connections x 256 MiB each way; 16 MiB with -short;
 // 4 x 2 MiB under the race detector (about 30x slower).
 func TestManyConnectionsMoveVerifiedBytes(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	conns, size := 8, uint64(256<<20)
 	switch {
 	case raceEnabled:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -22,7 +23,7 @@ func readAll(t *testing.T, r io.Reader) []byte {
 }
 
 func TestGuestCloseWriteKeepsReading(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 100)
 	if _, err := g.Write([]byte("request")); err != nil {
@@ -62,7 +63,7 @@ func TestGuestCloseWriteKeepsReading(t *testing.T) {
 }
 
 func TestHostCloseWriteIsGuestEOF(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 101)
 	h.Write([]byte("bye"))
@@ -86,7 +87,7 @@ func TestHostCloseWriteIsGuestEOF(t *testing.T) {
 }
 
 func TestCloseReadIsLocal(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 102)
 	if err := g.CloseRead(); err != nil {
@@ -116,7 +117,7 @@ func TestCloseReadIsLocal(t *testing.T) {
 // closes at once; the host reads late and slowly. Close waits for the host
 // to finish, and every byte arrives, then EOF.
 func TestCloseDeliversEverythingWritten(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 103)
 	data := make([]byte, 512<<10) // twice the largest ring
@@ -156,7 +157,7 @@ func TestCloseDeliversEverythingWritten(t *testing.T) {
 // TestCloseLingerResets: the host keeps its side open; Close gives up
 // after the linger and resets, and the host sees the reset.
 func TestCloseLingerResets(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
 	cfg.Linger = 300 * time.Millisecond
@@ -194,7 +195,7 @@ func TestCloseLingerResets(t *testing.T) {
 // TestCloseAfterHostRescind: the host finished and rescinded first; the
 // guest still reads what was left, and Close does not wait.
 func TestCloseAfterHostRescind(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
 	cfg.Linger = time.Hour // a wait would hang the test
@@ -214,7 +215,7 @@ func TestCloseAfterHostRescind(t *testing.T) {
 }
 
 func TestLingerNegativeClosesAtOnce(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
 	cfg.Linger = -1

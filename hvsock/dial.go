@@ -170,7 +170,7 @@ func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Durat
 		// reached after all): refused.
 		return nil, fmt.Errorf("%w (open: %v)", syscall.ECONNREFUSED, err)
 	}
-	s := newVMBusStream(h, cfg, snd, rcv)
+	s := newVMBusStream(h, o.instance.String(), cfg, snd, rcv)
 	s.release = release
 	ok = true
 	cfg.logger().Debug("hvsock: connected", "port", port, "local_port", local, "device", o.instance.String())

@@ -15,12 +15,13 @@ import (
 
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestDialRefusedByTheHost(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	d := hvsock.Dialer{Config: e.cfg, Timeout: time.Hour, Retries: 2}
 	_, err := d.Dial(testCtx(t), 1234)
@@ -40,7 +41,7 @@ func TestDialRefusedByTheHost(t *testing.T) {
 // the guest leaves the offer unopened and the host rescinds it after its
 // open timeout (Linux's behaviour).
 func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{GuestOpenTimeout: time.Second})
 	l, _ := e.hv.Listen(300)
 	defer l.Close()
@@ -52,10 +53,10 @@ func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 	if !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial = %v, want ETIMEDOUT", err)
 	}
-	waitFor(t, "the host to rescind the late offer", func() bool {
+	testutil.WaitFor(t, hangAfter, func() bool {
 		s := e.hv.Stats()
 		return s.OpenTimeouts > 0 && s.Rescinds > 0
-	})
+	}, "the host to rescind the late offer")
 	if s := e.hv.Stats(); s.Offers != 1 || s.Rescinds != 1 {
 		t.Fatalf("host stats %+v: want the one late offer rescinded", s)
 	}
@@ -72,31 +73,31 @@ func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 }
 
 func TestDialHonoursContext(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	l, _ := e.hv.Listen(301)
 	defer l.Close()
 	e.hv.SetOfferDelay(time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	dialed := make(chan error, 1)
 	go func() {
-		// Cancel once the dialer waits for the offer: the host has its
-		// request (and holds the offer back for an hour).
-		deadline := time.Now().Add(hangAfter)
-		for e.hv.Stats().Requests == 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		cancel()
+		d := hvsock.Dialer{Config: e.cfg, Timeout: time.Hour, Retries: 5}
+		_, err := d.Dial(ctx, 301)
+		dialed <- err
 	}()
-	d := hvsock.Dialer{Config: e.cfg, Timeout: time.Hour, Retries: 5}
-	if _, err := d.Dial(ctx, 301); !errors.Is(err, context.Canceled) {
+	// Cancel once the dialer waits for the offer: the host has its
+	// request (and holds the offer back for an hour).
+	testutil.WaitFor(t, hangAfter, func() bool { return e.hv.Stats().Requests > 0 }, "the host to get the connect request")
+	cancel()
+	if err := recv(t, "Dial", dialed); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Dial = %v, want context.Canceled", err)
 	}
 	e.hv.Close() // ends the host's wait
 }
 
 func TestDialAddresses(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 2761)
 	defer g.Close()
@@ -118,7 +119,7 @@ func TestDialAddresses(t *testing.T) {
 }
 
 func TestListenAcceptsHostConnects(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
 	cfg.SendRingSize, cfg.RecvRingSize = 128<<10, 40000
@@ -151,7 +152,7 @@ func TestListenAcceptsHostConnects(t *testing.T) {
 }
 
 func TestListenPortAny(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	l, err := e.cfg.Listen(hvsock.PortAny)
 	if err != nil {
@@ -170,7 +171,7 @@ func TestListenPortAny(t *testing.T) {
 // TestHostConnectWithoutListenerTimesOut: a guest without a listener never
 // opens the offer; the host gives up and rescinds.
 func TestHostConnectWithoutListenerTimesOut(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{HostConnectTimeout: 100 * time.Millisecond})
 	_, err := e.hv.Connect(testCtx(t), 999)
 	if !errors.Is(err, syscall.ETIMEDOUT) {
@@ -185,7 +186,7 @@ func TestHostConnectWithoutListenerTimesOut(t *testing.T) {
 // offer alone (Linux: accept queue full) and the host's connect times out;
 // once Accept makes room, connects succeed again.
 func TestListenerBacklogFull(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{HostConnectTimeout: 20 * time.Second})
 	cfg := e.cfg
 	cfg.Backlog = 1
@@ -223,7 +224,7 @@ func TestListenerBacklogFull(t *testing.T) {
 }
 
 func TestListenerCloseEndsAccept(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	l, err := e.cfg.Listen(401)
 	if err != nil {
@@ -258,7 +259,7 @@ func TestListenerCloseEndsAccept(t *testing.T) {
 }
 
 func TestRingSizesAreChosenBeforeConnecting(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	tests := []struct{ ask, want int }{
 		{0, hvsock.DefaultRingSize}, {16 << 10, 24576}, {32 << 10, 32768}, {40000, 40960},
@@ -310,7 +311,7 @@ func TestConfigChecks(t *testing.T) {
 // TestChunkSizeBoundsPackets: a 64 KiB write in 16 KiB chunks is four
 // packets, in the default 4088-byte chunks seventeen.
 func TestChunkSizeBoundsPackets(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	for i, tc := range []struct{ chunk, packets int }{{wire.MTU, 4}, {0, 17}} {
 		cfg := e.cfg
@@ -336,7 +337,7 @@ func TestChunkSizeBoundsPackets(t *testing.T) {
 // TestFullRingBlocksOnPendingSendSize: a write larger than the ring waits
 // for the host through pending_send_sz and finishes once it reads.
 func TestFullRingBlocksOnPendingSendSize(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	g, h := e.pair(t, e.cfg, 700)
 	done := make(chan error, 1)
@@ -344,7 +345,7 @@ func TestFullRingBlocksOnPendingSendSize(t *testing.T) {
 		_, err := g.Write(make([]byte, 2*hvsock.MaxRingSize))
 		done <- err
 	}()
-	waitFor(t, "the write to block on the full ring", func() bool { return g.Stats().Channel.TxFullWaits > 0 })
+	testutil.WaitFor(t, hangAfter, func() bool { return g.Stats().Channel.TxFullWaits > 0 }, "the write to block on the full ring")
 	// Blocked: the host's side shows our pending_send_sz.
 	if p := h.Channel().In().WriterPending(); p == 0 {
 		t.Error("guest blocked without setting pending_send_sz")
@@ -383,7 +384,7 @@ func TestTransportSelection(t *testing.T) {
 // again on the same port while a connection it accepted lives on; the new
 // listener must not be handed that connection's channel again.
 func TestListenAgainKeepsOpenConnections(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	l, err := e.cfg.Listen(402)
 	if err != nil {

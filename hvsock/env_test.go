@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,40 +123,6 @@ func (e *testEnv) acceptPair(t testing.TB, l *hvsock.Listener, port uint32) (*hv
 		t.Fatal(r.err)
 	}
 	return r.c, h
-}
-
-// checkGoroutines fails the test if goroutines started during it are still
-// running once it has cleaned up (wireguard-go's goroutineLeakCheck). Call
-// it first, so its cleanup runs last.
-func checkGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("%d goroutines leaked (before %d, now %d):\n%s", n-before, before, n, trimStacks(string(buf)))
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
-func trimStacks(s string) string {
-	var keep []string
-	for _, g := range strings.Split(s, "\n\n") {
-		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "testing.(*T).Run") {
-			continue
-		}
-		keep = append(keep, g)
-	}
-	return strings.Join(keep, "\n\n")
 }
 
 type simHvSockConfig = sim.HvSockConfig

@@ -2,6 +2,7 @@ package hvsock_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -10,48 +11,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
+	"github.com/vmbusd/vmbusd/vmbus/vmbustest"
 )
 
 // TestFinRacingTheLastData: the host publishes its last data and its FIN in
 // one batch and rescinds right behind them (the 2025-26 Linux regression
-// read -EIO there). The guest delivers every byte, then io.EOF.
+// read -EIO there). The guest delivers every byte, then io.EOF; writes
+// fail with EPIPE from the rescind on.
 func TestFinRacingTheLastData(t *testing.T) {
-	checkGoroutines(t)
-	e := newTestEnv(t, sim.HvSockConfig{})
+	testutil.CheckGoroutineLeaks(t)
 	for _, size := range []int{1, 4000, 18000} {
-		g, h := e.pair(t, e.cfg, 800)
-		h.SetFinRace(true)
-		data := make([]byte, size)
-		fillPattern(data, uint64(size), 0)
-		sess := h.Device().Session()
-		if _, err := h.Write(data); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		// Let the rescind land before the guest reads anything.
-		<-sess.Done()
-		got, err := io.ReadAll(g)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("%d bytes: guest read %d bytes, %v; want all of them, then EOF", size, len(got), err)
-		}
-		// The rescind reaches the guest on its own (the uio node's end of
-		// file); a write racing it may still succeed, as in Linux. Once
-		// it has arrived, writes fail with EPIPE.
-		var werr error
-		waitFor(t, "a write to fail after the rescind", func() bool {
-			_, werr = g.Write([]byte("x"))
-			return werr != nil
+		t.Run(sizeName(size), func(t *testing.T) {
+			g, h := pipePair(t, hvsock.Config{}, vmbustest.Options{})
+			data := make([]byte, size)
+			fillPattern(data, uint64(size), 0)
+			if _, err := h.queue(data); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.finish(); err != nil { // FIN in the same batch, then the rescind
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(g)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("guest read %d bytes, %v; want all %d of them, then EOF", len(got), err, size)
+			}
+			if _, err := g.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+				t.Fatalf("Write after the rescind = %v, want EPIPE", err)
+			}
+			if err := g.Close(); err != nil {
+				t.Fatal(err)
+			}
 		})
-		if !errors.Is(werr, syscall.EPIPE) {
-			t.Fatalf("Write after the rescind = %v, want EPIPE", werr)
-		}
-		g.Close()
-		h.Close()
 	}
 }
 
@@ -59,11 +54,9 @@ func TestFinRacingTheLastData(t *testing.T) {
 // is writing and reading. Reads end with the data that was in the ring and
 // io.EOF, writes with EPIPE; nothing hangs, nothing panics.
 func TestRescindMidTransfer(t *testing.T) {
-	checkGoroutines(t)
-	e := newTestEnv(t, sim.HvSockConfig{})
-	cfg := e.cfg
-	cfg.Linger = time.Hour // Close must not wait for a host that is gone
-	g, h := e.pair(t, cfg, 801)
+	testutil.CheckGoroutineLeaks(t)
+	cfg := hvsock.Config{Linger: time.Hour} // Close must not wait for a host that is gone
+	g, h := pipePair(t, cfg, vmbustest.Options{})
 	werr := make(chan error, 1)
 	go func() {
 		var err error
@@ -78,18 +71,23 @@ func TestRescindMidTransfer(t *testing.T) {
 		rdone <- err
 	}()
 	// Traffic both ways for a while.
-	go io.Copy(h, bytes.NewReader(make([]byte, 1<<20)))
+	hw := make(chan error, 1)
+	go func() {
+		_, err := h.Write(make([]byte, 1<<20))
+		hw <- err
+	}()
 	if _, err := io.CopyN(io.Discard, h, 256<<10); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Device().Rescind(); err != nil {
-		t.Fatal(err)
-	}
+	h.p.Rescind()
 	if err := <-werr; !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("Write across the rescind ended with %v, want EPIPE", err)
 	}
 	if err := <-rdone; err != nil {
 		t.Fatalf("Read across the rescind ended with %v, want EOF (nil from io.Copy)", err)
+	}
+	if err := <-hw; err != nil && !errors.Is(err, vmbus.ErrChannelClosed) {
+		t.Fatalf("the host's writer ended with %v", err)
 	}
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
@@ -97,26 +95,62 @@ func TestRescindMidTransfer(t *testing.T) {
 	if g.Stats().Reset {
 		t.Fatal("a rescinded connection's Close counted as a reset")
 	}
-	h.Close()
+}
+
+// malformed returns a packet, as the host would put it on the ring, that is
+// a valid VMBus packet but breaks the hv_sock framing rule kind names.
+func malformed(t *testing.T, kind wire.FrameKind) []byte {
+	t.Helper()
+	desc := func(typ, off8, len8 uint16, body int) []byte {
+		b := make([]byte, 16+body)
+		binary.LittleEndian.PutUint16(b[0:], typ)
+		binary.LittleEndian.PutUint16(b[2:], off8)
+		binary.LittleEndian.PutUint16(b[4:], len8)
+		return b
+	}
+	var pkt []byte
+	switch kind {
+	case wire.FrameShort: // a bare descriptor: no room for the pipe header
+		pkt = desc(6, 2, 2, 0)
+	case wire.FrameType: // a completion, not inband
+		pkt = desc(0xb, 2, 3, 8)
+		wire.PutPipeHeader(pkt[16:], 0)
+	case wire.FrameOffset: // offset8 leaving no pipe header
+		pkt = desc(6, 3, 3, 8)
+	case wire.FramePipeType:
+		pkt = desc(6, 2, 4, 16)
+		binary.LittleEndian.PutUint32(pkt[16:], 3) // a GPA-direct setup packet
+		binary.LittleEndian.PutUint32(pkt[20:], 4)
+	case wire.FrameSize: // data_size beyond the packet
+		pkt = desc(6, 2, 4, 16)
+		wire.PutPipeHeader(pkt[16:], 64)
+	case wire.FrameMTU:
+		pkt = desc(6, 2, 4, 16)
+		wire.PutPipeHeader(pkt[16:], wire.MTU+1)
+	default:
+		t.Fatalf("no malformed packet for %v", kind)
+	}
+	return pkt
 }
 
 // TestMalformedPacketsKillTheConnection injects, for each framing rule, a
 // packet that breaks it: the guest's Read fails with that FrameError kind
-// (Linux: -EIO), further operations fail the same way, the host is not
-// blamed, and other connections carry on.
+// (Linux: -EIO), further operations fail the same way, and another
+// connection carries on.
 func TestMalformedPacketsKillTheConnection(t *testing.T) {
-	checkGoroutines(t)
-	e := newTestEnv(t, sim.HvSockConfig{})
-	good, goodH := e.pair(t, e.cfg, 802)
-	defer closePair(good, goodH)
-	for i, kind := range sim.HvSockMalformed {
+	testutil.CheckGoroutineLeaks(t)
+	cfg := hvsock.Config{Linger: -1}
+	good, goodH := pipePair(t, cfg, vmbustest.Options{})
+	for _, kind := range wire.FrameKinds() {
 		t.Run(kind.String(), func(t *testing.T) {
-			cfg := e.cfg
-			cfg.Linger = -1
-			g, h := e.pair(t, cfg, uint32(810+i))
-			defer h.Close()
-			h.Write([]byte("fine"))
-			if err := h.InjectMalformed(kind); err != nil {
+			g, h := pipePair(t, cfg, vmbustest.Options{})
+			if _, err := h.Write([]byte("fine")); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.h.Out().WriteRaw(malformed(t, kind)); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.h.Flush(); err != nil {
 				t.Fatal(err)
 			}
 			b := make([]byte, 4)
@@ -137,32 +171,49 @@ func TestMalformedPacketsKillTheConnection(t *testing.T) {
 			}
 			g.Close()
 			// The healthy connection is unaffected.
-			good.Write([]byte("ok"))
-			if _, err := io.ReadFull(goodH, b[:2]); err != nil {
+			if _, err := good.Write([]byte("ok")); err != nil {
 				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(goodH, b[:2]); err != nil || string(b[:2]) != "ok" {
+				t.Fatalf("healthy connection: %q, %v", b[:2], err)
 			}
 		})
 	}
 }
 
-// TestRingCorruptionKillsTheConnection: the simulator's VMBus-level faults
-// (bad descriptors, a write index out of range) end the connection with the
-// ring's CorruptError.
+// TestRingCorruptionKillsTheConnection: a host that breaks the VMBus ring
+// rules (bad descriptors, indices out of range) ends the connection with
+// the ring's CorruptError of that kind, on the side that finds it.
 func TestRingCorruptionKillsTheConnection(t *testing.T) {
-	checkGoroutines(t)
-	e := newTestEnv(t, sim.HvSockConfig{})
-	for i, f := range []sim.Fault{sim.FaultBadLen8, sim.FaultBadOffset8, sim.FaultBadType, sim.FaultBadFlags, sim.FaultCorruptWriteIndex} {
-		cfg := e.cfg
-		cfg.Linger = -1
-		g, h := e.pair(t, cfg, uint32(820+i))
-		h.Device().SetFault(f, true)
-		h.Write([]byte("data"))
-		_, err := io.ReadAll(g)
-		if _, ok := vmbus.IsCorrupt(err); !ok {
-			t.Errorf("%v: Read = %v, want a vmbus CorruptError", f, err)
-		}
-		g.Close()
-		h.Close()
+	testutil.CheckGoroutineLeaks(t)
+	kinds := []vmbus.CorruptKind{vmbus.CorruptOffset, vmbus.CorruptLength, vmbus.CorruptType, vmbus.CorruptFlags,
+		vmbus.CorruptRanges, vmbus.CorruptShortPacket, vmbus.CorruptWriteIndex, vmbus.CorruptReadIndex}
+	for _, kind := range kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			g, h := pipePair(t, hvsock.Config{Linger: -1}, vmbustest.Options{})
+			if _, err := h.Write([]byte("data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.h.WriteCorrupt(kind); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == vmbus.CorruptReadIndex {
+				// The guest finds it when it looks for room to write.
+				_, err = g.Write(make([]byte, 1))
+			} else {
+				var got []byte
+				got, err = io.ReadAll(g)
+				// A bad write index takes back the publication of the
+				// data too; every other fault comes after it.
+				if kind != vmbus.CorruptWriteIndex && string(got) != "data" {
+					t.Errorf("read %q before the corruption, want the data", got)
+				}
+			}
+			if ce, ok := vmbus.IsCorrupt(err); !ok || ce.Kind != kind {
+				t.Fatalf("got %v, want a vmbus CorruptError %v", err, kind)
+			}
+		})
 	}
 }
 
@@ -170,13 +221,12 @@ func TestRingCorruptionKillsTheConnection(t *testing.T) {
 // a write deadline ends it with os.ErrDeadlineExceeded and the count
 // written; when the host reads again, writing resumes and nothing is lost.
 func TestHostThatStopsReading(t *testing.T) {
-	checkGoroutines(t)
-	e := newTestEnv(t, sim.HvSockConfig{})
-	g, h := e.pair(t, e.cfg, 830)
-	h.Device().SetFault(sim.FaultStopDraining, true)
+	testutil.CheckGoroutineLeaks(t)
+	g, h := pipePair(t, hvsock.Config{}, vmbustest.Options{})
+	h.p.SetFault(vmbustest.FaultStopReading, true)
 	got := make(chan []byte, 1)
 	go func() {
-		b, _ := io.ReadAll(h) // Throttled until the fault is off.
+		b, _ := io.ReadAll(h) // held until the fault is off
 		got <- b
 	}()
 	data := make([]byte, 256<<10)
@@ -190,7 +240,7 @@ func TestHostThatStopsReading(t *testing.T) {
 		n, err := g.Write(data)
 		wres <- res{n, err}
 	}()
-	waitFor(t, "the write to block on the full ring", func() bool { return g.Stats().Channel.TxFullWaits > 0 })
+	testutil.WaitFor(t, hangAfter, func() bool { return g.Stats().Channel.TxFullWaits > 0 }, "the write to block on the full ring")
 	g.SetWriteDeadline(time.Now()) // a deadline passing under a blocked Write
 	r := <-wres
 	n, err := r.n, r.err
@@ -201,7 +251,7 @@ func TestHostThatStopsReading(t *testing.T) {
 	if n == 0 || n >= len(data) {
 		t.Fatalf("wrote %d bytes before the timeout, want part of %d", n, len(data))
 	}
-	h.Device().SetFault(sim.FaultStopDraining, false)
+	h.p.SetFault(vmbustest.FaultStopReading, false)
 	g.SetWriteDeadline(time.Time{})
 	if _, err := g.Write(data[n:]); err != nil {
 		t.Fatal(err)
@@ -210,7 +260,12 @@ func TestHostThatStopsReading(t *testing.T) {
 	if b := <-got; !bytes.Equal(b, data) {
 		t.Fatalf("host got %d bytes, want %d intact", len(b), len(data))
 	}
-	closePair(g, h)
+	if err := h.finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil || g.Stats().Reset {
+		t.Fatalf("Close = %v, reset %v: the host finished its side", err, g.Stats().Reset)
+	}
 }
 
 // TestGuestViolationsAreNone: a busy connection breaks none of the host's

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // kernelPair returns a kernel-transport Conn over one end of a Unix stream
@@ -48,16 +47,7 @@ func kernelPair(t *testing.T) (*hvsock.Conn, net.Conn) {
 // the netpoller: a Read or Write that is really blocked, not about to be.
 func waitInPoller(t *testing.T, fn string) {
 	t.Helper()
-	buf := make([]byte, 1<<20)
-	waitFor(t, fn+" to block in the netpoller", func() bool {
-		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			head, _, _ := strings.Cut(g, "\n")
-			if strings.Contains(head, "[IO wait") && strings.Contains(g, fn) {
-				return true
-			}
-		}
-		return false
-	})
+	testutil.WaitBlocked(t, hangAfter, fn, "IO wait")
 }
 
 // TestKernelShutdownWakesBlocked is TestShutdownWakesBlocked for the kernel
@@ -116,7 +106,7 @@ func TestKernelShutdownWakesBlocked(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkGoroutines(t)
+			testutil.CheckGoroutineLeaks(t)
 			g, h := kernelPair(t)
 			reads, writes := make(chan ioResult, 1), make(chan ioResult, 1)
 			if tc.read {
@@ -168,7 +158,7 @@ func TestKernelShutdownWakesBlocked(t *testing.T) {
 // Close's result is decided at once; concurrent Closes return it while it
 // is being decided, or net.ErrClosed once it has returned. None waits.
 func TestKernelConcurrentClose(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	g, _ := kernelPair(t)
 	const n = 8
 	results := make(chan error, n)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // The kernel transport needs a Hyper-V host to carry data; without one
@@ -51,7 +52,7 @@ func TestKernelListenUsesCIDAny(t *testing.T) {
 		_, err := l.Accept()
 		accepted <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	testutil.WaitBlocked(t, hangAfter, "hvsock.(*Listener).AcceptHvsock")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

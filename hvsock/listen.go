@@ -145,7 +145,7 @@ func (l *vmbusListener) open(o offer) {
 		l.cfg.logger().Warn("hvsock: cannot open offered connection", "port", l.port, "device", o.instance.String(), "err", err)
 		return
 	}
-	c := &Conn{s: newVMBusStream(h, &l.cfg, l.snd, l.rcv),
+	c := &Conn{s: newVMBusStream(h, o.instance.String(), &l.cfg, l.snd, l.rcv),
 		local:  &Addr{ContextID: CIDAny, Port: l.port, Transport: TransportVMBus},
 		remote: &Addr{ContextID: CIDHost, Port: o.remotePort(), Transport: TransportVMBus}}
 	select {

@@ -45,7 +45,8 @@ import (
 // children of rctx, wctx, children of ctx), and a Write checks wstop
 // between chunks, so the lock they then take is released at once.
 type vmbusStream struct {
-	h      *vmbus.Handle
+	dev    channelDevice
+	name   string // the device, for logs
 	ch     *vmbus.Channel
 	chunk  int
 	linger time.Duration
@@ -85,12 +86,23 @@ type streamCounters struct {
 	finSent, finRcvd, reset     atomic.Bool
 }
 
-func newVMBusStream(h *vmbus.Handle, cfg *Config, snd, rcv int) *vmbusStream {
+// channelDevice is what a stream needs of the device its channel belongs
+// to: a *vmbus.Handle, or in unit tests a vmbustest.Pair.
+type channelDevice interface {
+	Primary() *vmbus.Channel
+	Interrupts() uint64
+	// Close closes the channel; it is the stream's last use of it.
+	Close() error
+}
+
+var _ channelDevice = (*vmbus.Handle)(nil)
+
+func newVMBusStream(dev channelDevice, name string, cfg *Config, snd, rcv int) *vmbusStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	rctx, rcancel := context.WithCancel(ctx)
 	wctx, wcancel := context.WithCancel(ctx)
 	return &vmbusStream{
-		h: h, ch: h.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), log: cfg.logger(),
+		dev: dev, name: name, ch: dev.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), log: cfg.logger(),
 		snd: snd, rcv: rcv,
 		ctx: ctx, cancel: cancel, rcancel: rcancel, wcancel: wcancel,
 		rdl: deadline.New(rctx), wdl: deadline.New(wctx),
@@ -481,11 +493,11 @@ func (s *vmbusStream) shutdown() {
 	if reset {
 		s.st.reset.Store(true)
 	}
-	err := s.h.Close()
+	err := s.dev.Close()
 	if s.release != nil {
 		s.release()
 	}
-	s.log.Debug("hvsock: connection closed", "device", s.h.Device().Instance.String(),
+	s.log.Debug("hvsock: connection closed", "device", s.name,
 		"fin_err", finErr, "reset", reset, "close_err", err,
 		"read", s.st.bytesRead.Load(), "written", s.st.bytesWritten.Load())
 }
@@ -513,7 +525,7 @@ func (s *vmbusStream) stats() ConnStats {
 		Discarded: s.st.discarded.Load(),
 		FINSent:   s.st.finSent.Load(), FINReceived: s.st.finRcvd.Load(), Reset: s.st.reset.Load(),
 		SendRingSize: s.snd, RecvRingSize: s.rcv,
-		Channel: s.ch.Stats(), Interrupts: s.h.Interrupts(),
+		Channel: s.ch.Stats(), Interrupts: s.dev.Interrupts(),
 	}
 }
 

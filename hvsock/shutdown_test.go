@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/hvsock"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -18,18 +19,6 @@ import (
 // return in microseconds, or never (before the fix, CloseRead waited for a
 // Read that nothing would end).
 const hangAfter = 20 * time.Second
-
-// waitFor polls cond until it holds, failing the test after hangAfter.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangAfter)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // recv takes the next value from ch, failing the test if none comes.
 func recv[T any](t *testing.T, what string, ch <-chan T) T {
@@ -150,7 +139,7 @@ func TestShutdownWakesBlocked(t *testing.T) {
 	for i, k := range connKinds {
 		for j, tc := range cases {
 			t.Run(k.name+"/"+tc.name, func(t *testing.T) {
-				checkGoroutines(t)
+				testutil.CheckGoroutineLeaks(t)
 				e := newTestEnv(t, sim.HvSockConfig{})
 				cfg := e.cfg
 				cfg.Linger = time.Hour
@@ -164,7 +153,7 @@ func TestShutdownWakesBlocked(t *testing.T) {
 						n, err := g.Read(make([]byte, 64))
 						reads <- ioResult{n, err}
 					}()
-					waitFor(t, "the Read to sleep", func() bool { return g.Stats().Channel.IdleWaits > idle })
+					testutil.WaitFor(t, hangAfter, func() bool { return g.Stats().Channel.IdleWaits > idle }, "the Read to sleep")
 				}
 				data := make([]byte, 1<<20) // more than any ring holds
 				fillPattern(data, uint64(j), 0)
@@ -173,7 +162,7 @@ func TestShutdownWakesBlocked(t *testing.T) {
 						n, err := g.Write(data)
 						writes <- ioResult{n, err}
 					}()
-					waitFor(t, "the Write to wait for ring space", func() bool { return g.Stats().Channel.TxFullWaits > 0 })
+					testutil.WaitFor(t, hangAfter, func() bool { return g.Stats().Channel.TxFullWaits > 0 }, "the Write to wait for ring space")
 				}
 
 				start := time.Now()
@@ -234,7 +223,7 @@ func TestConcurrentCloseDoesNotWaitForLinger(t *testing.T) {
 	const n = 8
 	for i, k := range connKinds {
 		t.Run(k.name, func(t *testing.T) {
-			checkGoroutines(t)
+			testutil.CheckGoroutineLeaks(t)
 			e := newTestEnv(t, sim.HvSockConfig{})
 			cfg := e.cfg
 			cfg.Linger = time.Hour // a Close waiting for the linger would hang the test
@@ -289,7 +278,7 @@ func TestWriteAfterHostFIN(t *testing.T) {
 	for i, k := range connKinds {
 		for j, tc := range cases {
 			t.Run(k.name+"/"+tc.name, func(t *testing.T) {
-				checkGoroutines(t)
+				testutil.CheckGoroutineLeaks(t)
 				e := newTestEnv(t, sim.HvSockConfig{})
 				g, h := k.connect(t, e, e.cfg, 400+uint32(10*i+j))
 				defer closePair(g, h)

@@ -21,5 +21,6 @@
 //
 // It knows nothing of NVSP, RNDIS or hv_sock. The ring code is symmetric:
 // the simulated host in package sim attaches to the same rings from the
-// other end (ChannelConfig.HostSide).
+// other end (ChannelConfig.HostSide), and so does package vmbus/vmbustest,
+// which connects a guest and a host channel in memory for unit tests.
 package vmbus

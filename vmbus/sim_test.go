@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/internal/echo"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -193,7 +194,8 @@ func TestInterruptFaultsAreSurvived(t *testing.T) {
 		d.SetFault(sim.FaultSpuriousInterrupts, true)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		time.Sleep(20 * time.Millisecond)
+		// The echo runs while interrupts with nothing behind them come.
+		testutil.WaitFor(t, 0, func() bool { return d.Faults().Hits(sim.FaultSpuriousInterrupts) > 0 }, "a spurious interrupt")
 		p := &echo.Pump{Size: 64, Window: 4}
 		if err := p.Run(ctx, hd.Primary(), 2000); err != nil {
 			t.Fatal(err)
@@ -274,18 +276,6 @@ func TestRescindKillsOnlyThatDevice(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestSharedInterruptFdCountsWakeupsPerChannel: from 6.16 a sub-channel's
 // interrupts arrive on the primary's uio fd, so every interrupt wakes
 // every channel's waiter. A primary that sleeps through a burst of
@@ -313,7 +303,7 @@ func TestSharedInterruptFdCountsWakeupsPerChannel(t *testing.T) {
 			p0, s0 := prim.Stats(), sub.Stats()
 			woke := make(chan error, 1)
 			go func() { woke <- prim.WaitReadable(ctx) }()
-			waitFor(t, "the primary's waiter to sleep", func() bool { return prim.Stats().IdleWaits == p0.IdleWaits+1 })
+			testutil.WaitFor(t, 0, func() bool { return prim.Stats().IdleWaits == p0.IdleWaits+1 }, "the primary's waiter to sleep")
 			const n = 100
 			payload := make([]byte, 64)
 			for i := range uint64(n) {
@@ -427,10 +417,10 @@ func testRescindEndsTheSubchannelWait(t *testing.T, prof sim.Profile) {
 		subs, err := hd.OpenSubchannels(wctx, 2)
 		done <- result{subs, err}
 	}()
-	waitFor(t, "both sub-channels offered", func() bool {
+	testutil.WaitFor(t, 0, func() bool {
 		chans, err := hd.Device().ReadChannels()
 		return err == nil && len(chans) == 3
-	})
+	}, "both sub-channels offered")
 	if err := d.Rescind(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/internal/forward"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -125,16 +126,9 @@ func serve(t *testing.T, f *forward.Forwarder) (stop func()) {
 // waitClosed waits until n connections have been recorded as closed.
 func waitClosed(t *testing.T, f *forward.Forwarder, n int) []forward.Stats {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c := f.Closed(); len(c) >= n {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections closed, want %d", len(f.Closed()), n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	var c []forward.Stats
+	testutil.WaitFor(t, 0, func() bool { c = f.Closed(); return len(c) >= n }, fmt.Sprintf("%d connections to close", n))
+	return c
 }
 
 // TestHvsockPortToUnixSocket forwards a guest hv_sock port to a local Unix
@@ -185,15 +179,23 @@ func TestHvsockPortToUnixSocket(t *testing.T) {
 			}
 		}()
 	}
-	// The counters are readable while the copies run.
-	for range 20 {
+	// The counters are readable while the copies run (the race detector
+	// checks it): read them until the clients are done.
+	copied := make(chan struct{})
+	go func() { wg.Wait(); close(copied) }()
+	pace := time.NewTicker(time.Millisecond) // paces the reader; it waits for nothing
+	defer pace.Stop()
+	for reading := true; reading; {
 		for _, s := range f.Active() {
 			_ = s.BytesIn + s.BytesOut
 		}
 		f.Totals()
-		time.Sleep(time.Millisecond)
+		select {
+		case <-copied:
+			reading = false
+		case <-pace.C:
+		}
 	}
-	wg.Wait()
 	closed := waitClosed(t, f, conns)
 	for _, s := range closed {
 		if s.Reason != forward.ReasonDone || !s.InDone || !s.OutDone || s.Closed.Before(s.Opened) {
@@ -306,9 +308,10 @@ func TestCancelClosesEverything(t *testing.T) {
 	}
 	defer c.Close()
 	c.Write([]byte("hello"))
-	for len(f.Active()) == 0 || f.Active()[0].BytesIn < 5 {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 0, func() bool {
+		a := f.Active()
+		return len(a) > 0 && a[0].BytesIn >= 5
+	}, "the forwarder to pass on the client's 5 bytes")
 	stop()
 	s := waitClosed(t, f, 1)[0]
 	if s.Reason != forward.ReasonCanceled {
@@ -357,13 +360,7 @@ func TestMaxConnectionsClosesTheExcess(t *testing.T) {
 		defer c.Close()
 		held = append(held, c)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for f.Totals().Active != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("totals %+v", f.Totals())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 0, func() bool { return f.Totals().Active == 2 }, "both held connections to be forwarded")
 	extra, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,3 @@
+package ok
+
+import _ "github.com/vmbusd/vmbusd/internal/testutil"

@@ -1,0 +1,3 @@
+package prod
+
+import _ "github.com/vmbusd/vmbusd/internal/testutil"
