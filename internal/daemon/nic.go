@@ -78,6 +78,8 @@ type NICStatus struct {
 	// GPAPool is the backend of the incarnation's GPA-direct pool ("sim",
 	// "hugepage"; "" without one).
 	GPAPool string `json:"gpa_pool,omitempty"`
+	// VF is the accelerated-networking VF's pairing and the data path.
+	VF VFStatus `json:"vf"`
 }
 
 // permanentError is a failure retrying cannot fix: the NIC goes to
@@ -204,12 +206,22 @@ type nicRunner struct {
 	devIno    uint64 // the sysfs directory of the device last opened
 	nic       *netvsc.NIC
 	nicChange chan struct{} // closed when nic changes
+	// live is the incarnation whose counters are not folded into the
+	// base yet: set with nic, cleared by closeNIC as it folds them, so
+	// that a scrape while a NIC closes sees them once, never twice or
+	// not at all.
+	live      *netvsc.NIC
 	boundByUs bool
 	// Counters of earlier incarnations, so the exported counters never go
 	// backwards across a reset.
 	base     map[int]netvsc.QueueStats
 	baseViol map[string]uint64
 	baseIRQ  uint64
+	baseCtl  uint64 // control requests the host failed
+	baseVF   vfTotals
+	// irqSeen is the highest interrupt count reported (netvsc's count of
+	// a closed NIC is not exact, and a counter must not go backwards).
+	irqSeen uint64
 }
 
 func newNICRunner(d *Daemon, cfg config.NIC) *nicRunner {
@@ -231,6 +243,7 @@ func (r *nicRunner) inherit(old *nicRunner) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.base, r.baseViol, r.baseIRQ = maps.Clone(old.base), maps.Clone(old.baseViol), old.baseIRQ
+	r.baseCtl, r.baseVF, r.irqSeen = old.baseCtl, old.baseVF.clone(), old.irqSeen
 	r.st.Resets, r.st.Rescinds = old.st.Resets, old.st.Rescinds
 	r.instance, r.st.Instance = old.instance, old.st.Instance
 }
@@ -270,12 +283,22 @@ func (r *nicRunner) setInstance(g vmbus.GUID) {
 func (r *nicRunner) lastBeat() time.Time { return time.Unix(0, r.beat.Load()) }
 func (r *nicRunner) heartbeat()          { r.beat.Store(time.Now().UnixNano()) }
 
+// status returns the NIC's state with its VF's.
 func (r *nicRunner) status() NICStatus {
+	st := r.state()
+	st.VF = r.totals().vf
+	return st
+}
+
+// state returns the NIC's state without the VF's (which needs the
+// counters).
+func (r *nicRunner) state() NICStatus {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	st := r.st
 	st.BoundByUs = r.boundByUs
-	if n := r.nic; n != nil && st.State == stateUp {
+	n := r.nic
+	r.mu.Unlock()
+	if n != nil && st.State == stateUp {
 		l := n.Link()
 		st.LinkUp, st.LinkSpeed = l.Up, l.Speed
 	}
@@ -323,6 +346,9 @@ func (r *nicRunner) release() { r.inUse.RUnlock() }
 func (r *nicRunner) setNIC(n *netvsc.NIC) {
 	r.mu.Lock()
 	r.nic = n
+	if n != nil {
+		r.live = n
+	}
 	close(r.nicChange)
 	r.nicChange = make(chan struct{})
 	r.mu.Unlock()
@@ -636,7 +662,7 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 			td.Close()
 		}
 		r.log.Info("NIC attached to TAP", "tap", td.Name(), "netns", r.cfg.NetNS, "queues", len(nic.Queues()),
-			"mac", nic.MAC().String(), "mtu", nic.MTU(), "gpa_pool", r.status().GPAPool)
+			"mac", nic.MAC().String(), "mtu", nic.MTU(), "gpa_pool", r.state().GPAPool)
 	case config.AttachForward:
 		fctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
@@ -650,7 +676,7 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 			wg.Wait()
 		}
 		r.log.Info("NIC forwarding", "to", r.cfg.Peer, "queues", len(nic.Queues()), "mtu", nic.MTU(),
-			"gpa_pool", r.status().GPAPool)
+			"gpa_pool", r.state().GPAPool)
 	}
 	r.setNIC(nic)
 	r.probed.Store(time.Now().UnixNano()) // bring-up answered the host's questions
@@ -744,11 +770,16 @@ func quiesce(nic *netvsc.NIC) {
 const quiesceWait = time.Second
 
 // closeNIC closes an incarnation and folds its counters into the base.
+// They are read after Close, which moves the data path to synthetic and
+// completes what was in flight, so nothing counted later is lost; the
+// interrupt count before it (after Close, netvsc counts the last session's
+// interrupts twice).
 func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
-	st := nic.Stats()
+	irq := nic.Stats().Interrupts
 	if err := nic.Close(); err != nil && !errors.Is(err, netvsc.ErrClosed) {
 		r.log.Debug("close", "err", err)
 	}
+	st, vf := nic.Stats(), nic.VFStatus()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, q := range st.Queues {
@@ -757,7 +788,12 @@ func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
 	for k, v := range st.Violations {
 		r.baseViol[k] += v
 	}
-	r.baseIRQ += st.Interrupts
+	r.baseIRQ += irq
+	r.baseCtl += st.ControlFailures
+	r.baseVF.add(vf)
+	if r.live == nic {
+		r.live = nil
+	}
 }
 
 // forward moves frames from this NIC's queues to the peer NIC until ctx
@@ -834,24 +870,37 @@ func (r *nicRunner) shutdown() {
 	r.setState(stateStopped, nil)
 }
 
-// stats returns the NIC's counters including earlier incarnations.
-func (r *nicRunner) stats() (queues []netvsc.QueueStats, viol map[string]uint64, irq uint64) {
+// nicTotals are a NIC's counters over every incarnation.
+type nicTotals struct {
+	queues          []netvsc.QueueStats
+	viol            map[string]uint64
+	irq             uint64
+	controlFailures uint64
+	vf              VFStatus
+}
+
+// totals returns the NIC's counters including earlier incarnations.
+func (r *nicRunner) totals() nicTotals {
 	r.mu.Lock()
-	nic := r.nic
+	nic := r.live
 	base := maps.Clone(r.base)
-	viol = maps.Clone(r.baseViol)
-	irq = r.baseIRQ
+	t := nicTotals{viol: maps.Clone(r.baseViol), irq: r.baseIRQ, controlFailures: r.baseCtl}
+	baseVF := r.baseVF.clone()
 	r.mu.Unlock()
 	cur := map[int]netvsc.QueueStats{}
+	var curVF *netvsc.VFStatus
 	if nic != nil {
 		st := nic.Stats()
 		for _, q := range st.Queues {
 			cur[q.Queue] = q
 		}
 		for k, v := range st.Violations {
-			viol[k] += v
+			t.viol[k] += v
 		}
-		irq += st.Interrupts
+		t.irq += st.Interrupts
+		t.controlFailures += st.ControlFailures
+		vs := nic.VFStatus()
+		curVF = &vs
 	}
 	n := max(len(base), len(cur))
 	for k := range base {
@@ -863,9 +912,14 @@ func (r *nicRunner) stats() (queues []netvsc.QueueStats, viol map[string]uint64,
 	for i := 0; i < n; i++ {
 		q := addQueueStats(base[i], cur[i])
 		q.Queue = i
-		queues = append(queues, q)
+		t.queues = append(t.queues, q)
 	}
-	return queues, viol, irq
+	r.mu.Lock()
+	r.irqSeen = max(r.irqSeen, t.irq)
+	t.irq = r.irqSeen
+	r.mu.Unlock()
+	t.vf = vfReport(r.cfg.VF, baseVF, curVF, t.queues)
+	return t
 }
 
 func addQueueStats(a, b netvsc.QueueStats) netvsc.QueueStats {
