@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -76,6 +77,7 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "%s: %s\n", n.Name, n.Error)
 		}
 	}
+	printVFTable(out, st.NICs)
 	if len(st.HvSock) > 0 {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "HV_SOCK FORWARD\tACCEPTED\tACTIVE\tBYTES IN\tBYTES OUT\tDIAL FAILED")
@@ -124,8 +126,68 @@ func runStats(ctx context.Context, args []string, out io.Writer) error {
 				fmt.Fprintf(out, "  protocol violations %s: %d\n", check, v)
 			}
 		}
+		if n.ControlFailures > 0 {
+			fmt.Fprintf(out, "  control requests the host failed: %d\n", n.ControlFailures)
+		}
+		printPaths(out, n.VF)
 	}
 	return nil
+}
+
+// printVFTable shows each NIC's VF pairing and data path, one line per
+// NIC whose vf is not off.
+func printVFTable(out io.Writer, nics []daemon.NICStatus) {
+	var rows []daemon.NICStatus
+	for _, n := range nics {
+		if n.VF.Mode != "off" {
+			rows = append(rows, n)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NIC\tVF MODE\tVF STATE\tPATH\tVF IFNAME\tPCI\tDRIVER\tMATCHED BY\tXDP\tRX SYN/VF PKTS\tTX SYN/VF PKTS\tSWITCHES")
+	for _, n := range rows {
+		v := n.VF
+		xdp := "-"
+		if v.XDPAttach != "" {
+			xdp = v.XDPAttach + " " + v.XDPBind
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\n", n.Name, v.Mode, v.State, dash(v.Path),
+			dash(v.IfName), dash(v.PCI), dash(v.Driver), dash(v.MatchedBy), xdp,
+			v.Paths.Synthetic.RxPackets, v.Paths.VF.RxPackets, v.Paths.Synthetic.TxPackets, v.Paths.VF.TxPackets, v.Switches)
+	}
+	tw.Flush()
+	for _, n := range rows {
+		if n.VF.LastError != "" && n.VF.State != "active" {
+			fmt.Fprintf(out, "%s: VF: %s\n", n.Name, n.VF.LastError)
+		}
+	}
+}
+
+// printPaths shows a NIC's traffic per path, its time on each and its
+// switches by reason.
+func printPaths(out io.Writer, v daemon.VFStatus) {
+	fmt.Fprintf(out, "  data path: %s (vf %s, %s)\n", dash(v.Path), v.Mode, v.State)
+	for _, p := range []struct {
+		name string
+		c    daemon.PathCounters
+		secs float64
+	}{{"synthetic", v.Paths.Synthetic, v.SecondsSynthetic}, {"vf", v.Paths.VF, v.SecondsVF}} {
+		fmt.Fprintf(out, "    %-9s rx %d pkts %d bytes, tx %d pkts %d bytes, tx dropped %d; %.1f s\n", p.name,
+			p.c.RxPackets, p.c.RxBytes, p.c.TxPackets, p.c.TxBytes, p.c.TxDropped, p.secs)
+	}
+	if v.Switches > 0 {
+		reasons := make([]string, 0, len(v.SwitchReasons))
+		for r, n := range v.SwitchReasons {
+			if n > 0 {
+				reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+			}
+		}
+		slices.Sort(reasons)
+		fmt.Fprintf(out, "    switches %d (%s)\n", v.Switches, strings.Join(reasons, ", "))
+	}
 }
 
 func runCapture(ctx context.Context, args []string, out io.Writer) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/control"
+	"github.com/vmbusd/vmbusd/internal/daemon"
 	"github.com/vmbusd/vmbusd/internal/owner"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -31,18 +32,39 @@ type DeviceRow struct {
 	Monitored bool   `json:"monitored"`
 	Interface string `json:"interface,omitempty"`
 	MAC       string `json:"mac,omitempty"`
+	// NIC is the name the running daemon drives the device under, and VF
+	// its accelerated-networking VF and data path (both from the daemon,
+	// over its control socket; absent without one).
+	NIC string           `json:"nic,omitempty"`
+	VF  *daemon.VFStatus `json:"vf,omitempty"`
 }
 
 func runDevices(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("devices", "devices [--root DIR] [--json]")
+	fs := newFlagSet("devices", "devices [--root DIR] [--json] [--control PATH]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	sock := controlFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	devs, err := vmbus.ScanDevices(*root)
 	if err != nil && len(devs) == 0 {
 		return err
+	}
+	// What the running daemon knows of its NICs (the VF pairing, the data
+	// path); a system without a daemon lists the devices all the same.
+	byInstance := map[string]daemon.NICStatus{}
+	var st daemon.Status
+	if _, serr := os.Stat(*sock); serr == nil {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if getJSON(qctx, *sock, "/v1/status", &st) == nil {
+			for _, n := range st.NICs {
+				if n.Instance != "" {
+					byInstance[n.Instance] = n
+				}
+			}
+		}
+		cancel()
 	}
 	rows := []DeviceRow{}
 	for _, d := range devs {
@@ -53,6 +75,14 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 			if b, err := os.ReadFile(filepath.Join(d.Path, "net", r.Interface, "address")); err == nil {
 				r.MAC = strings.TrimSpace(string(b))
 			}
+		}
+		if n, ok := byInstance[r.Instance]; ok {
+			r.NIC = n.Name
+			if r.MAC == "" {
+				r.MAC = n.MAC
+			}
+			vf := n.VF
+			r.VF = &vf
 		}
 		rows = append(rows, r)
 	}
@@ -66,13 +96,21 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTANCE\tCLASS\tDRIVER\tUIO\tCHANNELS\tINTERFACE\tMAC")
+	fmt.Fprintln(tw, "INSTANCE\tCLASS\tDRIVER\tUIO\tCHANNELS\tINTERFACE\tMAC\tVF\tPATH")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Instance, r.ClassName, dash(r.Driver), dash(r.UIO),
-			r.Channels, dash(r.Interface), dash(r.MAC))
+		vf, path := "-", "-"
+		if r.VF != nil {
+			vf, path = dash(r.VF.IfName), dash(r.VF.Path)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Instance, r.ClassName, dash(r.Driver), dash(r.UIO),
+			r.Channels, dash(r.Interface), dash(r.MAC), vf, path)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(byInstance) > 0 {
+		fmt.Fprintln(out)
+		printVFTable(out, st.NICs)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "vmbusd devices: %v\n", err)

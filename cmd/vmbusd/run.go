@@ -90,7 +90,7 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 			}
 		}
 	} else {
-		for _, f := range []string{"profile", "duration", "no-tap", "queues", "mode", "metrics-addr"} {
+		for _, f := range []string{"profile", "duration", "no-tap", "queues", "mode", "metrics-addr", "vf", "vf-service-every"} {
 			if flagSet(fs, f) {
 				return fmt.Errorf("%w: --%s is a --sim flag (the configuration file sets the daemon's NICs)", errUsage, f)
 			}
@@ -219,6 +219,8 @@ type demoSettings struct {
 	queues   *int
 	mode     *string
 	metrics  *string
+	vf       *bool
+	vfEvery  *time.Duration
 }
 
 func demoFlags(fs interface {
@@ -234,6 +236,9 @@ func demoFlags(fs interface {
 		queues:   fs.Int("queues", 2, "with --sim: NIC queues"),
 		mode:     fs.String("mode", "hybrid", "with --sim: NIC wait mode: hybrid, poll or interrupt"),
 		metrics:  fs.String("metrics-addr", "127.0.0.1:9464", "with --sim: metrics address (a free port is used when this one is taken)"),
+		vf: fs.Bool("vf", false, "with --sim: give the NIC an accelerated-networking VF (a veth pair stands in; needs root): "+
+			"vmbusd moves the traffic to it, and the host services it (away, then back) every --vf-service-every and on SIGUSR2"),
+		vfEvery: fs.Duration("vf-service-every", 15*time.Second, "with --sim --vf: host servicing of the VF this often (0: only on SIGUSR2)"),
 	}
 }
 
@@ -260,6 +265,9 @@ func checkDemoSettings(s demoSettings) error {
 	}
 	if *s.duration < 0 {
 		return errors.New("--duration must not be negative")
+	}
+	if *s.vfEvery < 0 {
+		return fmt.Errorf("%w: --vf-service-every must not be negative", errUsage)
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -130,6 +133,26 @@ type NIC struct {
 	// Force binding the interface that carries the default route or the
 	// current SSH session.
 	Force bool `toml:"force"`
+
+	// VF: the accelerated-networking VF the host pairs with the NIC
+	// (docs/accelerated-networking.md): auto (the default), off or
+	// required.
+	VF VFMode `toml:"vf"`
+	// VFTimeout bounds bring-up's wait for a required VF (0: the driver's
+	// 30 s); a MANA VF's probe can take minutes.
+	VFTimeout time.Duration `toml:"vf_timeout"`
+	// The VF's AF_XDP data path; the zero values suit mlx5 and MANA.
+	// VFQueues lists the VF's RX queue ids to open a socket on (empty:
+	// every one it has; older kernels number mlx5's zero-copy queues
+	// from the channel count up). VFAttach and VFBind force the XDP hook
+	// and the sockets' copy mode; VFBusyPoll (SO_BUSY_POLL) and
+	// VFBusyPollBudget make the sockets' own system calls run the
+	// driver's poll.
+	VFQueues         []int         `toml:"vf_queues"`
+	VFAttach         XDPAttach     `toml:"vf_attach"`
+	VFBind           XDPBind       `toml:"vf_bind"`
+	VFBusyPoll       time.Duration `toml:"vf_busy_poll"`
+	VFBusyPollBudget int           `toml:"vf_busy_poll_budget"`
 }
 
 // Binds reports whether vmbusd binds the NIC itself (the default).
@@ -140,13 +163,22 @@ func (n NIC) Binds() bool { return n.Bind == nil || *n.Bind }
 func (n NIC) Equal(o NIC) bool {
 	a, b := n, o
 	a.Bind, b.Bind = nil, nil
-	return a == b && n.Binds() == o.Binds()
+	if len(a.VFQueues) == 0 {
+		a.VFQueues = nil
+	}
+	if len(b.VFQueues) == 0 {
+		b.VFQueues = nil
+	}
+	return reflect.DeepEqual(a, b) && n.Binds() == o.Binds()
 }
 
 // Netvsc returns the driver configuration of the NIC (without a pool or a
 // logger).
 func (n NIC) Netvsc() netvsc.Config {
-	return netvsc.Config{Queues: n.Queues, MTU: n.MTU, Mode: netvsc.Mode(n.Mode)}
+	return netvsc.Config{Queues: n.Queues, MTU: n.MTU, Mode: netvsc.Mode(n.Mode),
+		VF: n.VF.Netvsc(), VFTimeout: n.VFTimeout,
+		VFXDP: afxdp.Config{Queues: slices.Clone(n.VFQueues), Attach: afxdp.AttachMode(n.VFAttach),
+			Bind: afxdp.BindMode(n.VFBind), BusyPoll: afxdp.BusyPoll{Timeout: n.VFBusyPoll, Budget: n.VFBusyPollBudget}}}
 }
 
 // HvSock is one hv_sock forward. Either Port and To (a guest service: hv_sock
@@ -531,6 +563,9 @@ func (c *Config) validateNICs() error {
 			}
 			return verr("nic", i, key, "%s", strings.TrimPrefix(err.Error(), "netvsc: "))
 		}
+		if err := validateVF(i, n); err != nil {
+			return err
+		}
 		if n.Attach == AttachTAP {
 			if n.TAP == "" {
 				n.TAP = fmt.Sprintf("vmbus%d", i)
@@ -574,6 +609,64 @@ func (c *Config) validateNICs() error {
 			if _, ok := seen[p]; !ok {
 				return verr("nic", i, "peer", "%q is not a configured NIC", p)
 			}
+		}
+	}
+	return nil
+}
+
+// Bounds of the VF settings that are the daemon's own, not a driver's: a
+// busy-poll time is spent spinning in a system call, and the budget is the
+// kernel's 16-bit NAPI budget.
+const (
+	maxVFTimeout     = time.Hour
+	maxVFBusyPoll    = time.Second
+	maxVFBusyBudget  = 1<<16 - 1
+	maxVFQueueID     = 1<<16 - 1
+	minVFBusyPollSet = time.Microsecond // SO_BUSY_POLL counts microseconds
+)
+
+// validateVF checks the VF settings of nic[i]: the XDP ones only make
+// sense with a VF, the wait only with a required one.
+func validateVF(i int, n *NIC) error {
+	if n.VF == VFOff {
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{"vf_timeout", n.VFTimeout != 0}, {"vf_queues", len(n.VFQueues) > 0}, {"vf_attach", n.VFAttach != 0},
+			{"vf_bind", n.VFBind != 0}, {"vf_busy_poll", n.VFBusyPoll != 0}, {"vf_busy_poll_budget", n.VFBusyPollBudget != 0}} {
+			if k.set {
+				return verr("nic", i, k.key, "only with vf = \"auto\" or \"required\" (this NIC has vf = \"off\")")
+			}
+		}
+		return nil
+	}
+	if n.VFTimeout != 0 {
+		if n.VF != VFRequired {
+			return verr("nic", i, "vf_timeout", "only with vf = \"required\" (an auto VF is not waited for)")
+		}
+		if n.VFTimeout < time.Second || n.VFTimeout > maxVFTimeout {
+			return verr("nic", i, "vf_timeout", "%v: want 1s to %v, with a unit (e.g. \"2m\")", n.VFTimeout, maxVFTimeout)
+		}
+	}
+	seen := map[int]bool{}
+	for _, q := range n.VFQueues {
+		if q < 0 || q > maxVFQueueID {
+			return verr("nic", i, "vf_queues", "queue id %d: want 0 to %d", q, maxVFQueueID)
+		}
+		if seen[q] {
+			return verr("nic", i, "vf_queues", "queue id %d listed twice", q)
+		}
+		seen[q] = true
+	}
+	if n.VFBusyPoll != 0 && (n.VFBusyPoll < minVFBusyPollSet || n.VFBusyPoll > maxVFBusyPoll) {
+		return verr("nic", i, "vf_busy_poll", "%v: want 1us to %v, with a unit (e.g. \"50us\"), or 0 for off", n.VFBusyPoll, maxVFBusyPoll)
+	}
+	if n.VFBusyPollBudget != 0 {
+		if n.VFBusyPoll == 0 {
+			return verr("nic", i, "vf_busy_poll_budget", "only with vf_busy_poll")
+		}
+		if n.VFBusyPollBudget < 0 || n.VFBusyPollBudget > maxVFBusyBudget {
+			return verr("nic", i, "vf_busy_poll_budget", "%d: want 1 to %d (0: the kernel's default)", n.VFBusyPollBudget, maxVFBusyBudget)
 		}
 	}
 	return nil

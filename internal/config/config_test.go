@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/netvsc"
 )
 
@@ -211,6 +213,18 @@ func TestHostileConfigsNameKeyAndLine(t *testing.T) {
 		{"deeply nested arrays", "a = " + strings.Repeat("[", 500) + strings.Repeat("]", 500) + "\n", 1, "a", "unknown setting"},
 		{"huge device name", "[[nic]]\ndevice = \"" + strings.Repeat("x", 100000) + "\"\n", 2, "nic[0].device", "neither an instance GUID"},
 		{"invalid UTF-8", "[[nic]]\ndevice = \"eth\xff\"\n", 2, "nic[0].device", "invalid UTF-8"},
+		{"unknown VF mode", nic + "vf = \"sometimes\"\n", 3, "nic[0].vf", "want auto, off or required"},
+		{"VF mode as a bool", nic + "vf = true\n", 3, "nic[0].vf", "want auto, off or required"},
+		{"XDP setting with the VF off", nic + "vf = \"off\"\nvf_bind = \"copy\"\n", 4, "nic[0].vf_bind", "only with vf"},
+		{"VF wait without a required VF", nic + "vf_timeout = \"1m\"\n", 3, "nic[0].vf_timeout", "only with vf = \"required\""},
+		{"VF wait without a unit", nic + "vf = \"required\"\nvf_timeout = 30\n", 4, "nic[0].vf_timeout", "with a unit"},
+		{"unknown XDP attach mode", nic + "vf_attach = \"skb\"\n", 3, "nic[0].vf_attach", "want auto, native or generic"},
+		{"unknown XDP bind mode", nic + "vf_bind = \"zerocopy\"\n", 3, "nic[0].vf_bind", "want auto, zero-copy or copy"},
+		{"negative VF queue", nic + "vf_queues = [0, -1]\n", 3, "nic[0].vf_queues", "queue id -1"},
+		{"VF queue twice", nic + "vf_queues = [0, 1, 0]\n", 3, "nic[0].vf_queues", "listed twice"},
+		{"busy poll without a unit", nic + "vf_busy_poll = 50\n", 3, "nic[0].vf_busy_poll", "want 1us"},
+		{"busy poll budget alone", nic + "vf_busy_poll_budget = 64\n", 3, "nic[0].vf_busy_poll_budget", "only with vf_busy_poll"},
+		{"busy poll budget too large", nic + "vf_busy_poll = \"50us\"\nvf_busy_poll_budget = 70000\n", 4, "nic[0].vf_busy_poll_budget", "want 1 to 65535"},
 	}
 	if len(tests) < 30 {
 		t.Fatalf("only %d cases", len(tests))
@@ -283,6 +297,51 @@ func TestWarnsAboutAMetricsAddressOffLoopback(t *testing.T) {
 	}
 }
 
+// TestVFSettings: the VF is paired by default (auto), and its settings
+// reach the driver's configuration as they were written.
+func TestVFSettings(t *testing.T) {
+	c, err := Parse("vf.toml", `
+[[nic]]
+device = "eth1"
+
+[[nic]]
+device = "eth2"
+vf = "off"
+
+[[nic]]
+device = "eth3"
+vf = "required"
+vf_timeout = "3m"
+vf_queues = [0, 1]
+vf_attach = "native"
+vf_bind = "copy"
+vf_busy_poll = "50us"
+vf_busy_poll_budget = 64
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NICs[0].Netvsc(); got.VF != netvsc.VFAuto || len(got.VFXDP.Queues) != 0 || got.VFTimeout != 0 {
+		t.Fatalf("default: %+v, want auto with the driver's defaults", got)
+	}
+	if got := c.NICs[1].Netvsc().VF; got != netvsc.VFOff {
+		t.Fatalf("vf = off: %v", got)
+	}
+	got := c.NICs[2].Netvsc()
+	if got.VF != netvsc.VFRequired || got.VFTimeout != 3*time.Minute || !slices.Equal(got.VFXDP.Queues, []int{0, 1}) ||
+		got.VFXDP.Attach != afxdp.AttachNative || got.VFXDP.Bind != afxdp.BindCopy ||
+		got.VFXDP.BusyPoll != (afxdp.BusyPoll{Timeout: 50 * time.Microsecond, Budget: 64}) {
+		t.Fatalf("required: %+v", got)
+	}
+	for _, m := range []VFMode{VFAuto, VFOff, VFRequired} {
+		b, _ := m.MarshalText()
+		var back VFMode
+		if err := back.UnmarshalText(b); err != nil || back != m {
+			t.Errorf("%v: round trip %q -> %v %v", m, b, back, err)
+		}
+	}
+}
+
 func TestNICEqual(t *testing.T) {
 	tru, fals := true, false
 	a := NIC{Device: "eth1", Queues: 2, Address: netip.MustParsePrefix("10.0.0.2/24")}
@@ -299,6 +358,24 @@ func TestNICEqual(t *testing.T) {
 	b.MTU = 9000
 	if a.Equal(b) {
 		t.Fatal("a changed MTU is equal")
+	}
+	b = a
+	b.VF = VFOff
+	if a.Equal(b) {
+		t.Fatal("a changed VF mode is equal")
+	}
+	a.VFQueues, b = []int{0, 1}, a
+	b.VFQueues = []int{0, 1}
+	if !a.Equal(b) {
+		t.Fatal("the same VF queues in two slices differ")
+	}
+	b.VFQueues = []int{1, 0}
+	if a.Equal(b) {
+		t.Fatal("other VF queues are equal")
+	}
+	a.VFQueues, b.VFQueues = nil, []int{}
+	if !a.Equal(b) {
+		t.Fatal("no VF queues and an empty list differ")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/netvsc"
 )
 
@@ -227,3 +228,79 @@ func (a Addr) String() string {
 
 // Listen listens on the address.
 func (a Addr) Listen() (net.Listener, error) { return net.Listen(a.Network, a.Address) }
+
+// VFMode says whether a NIC uses the accelerated-networking VF the host
+// associates with it (netvsc.VFMode). Its zero value is VFAuto, the
+// default: on Azure the VF is where the traffic belongs, and a NIC the
+// host offers no VF to runs synthetic as before.
+type VFMode int
+
+const (
+	VFAuto     VFMode = iota // pair and use the VF whenever the host offers one
+	VFOff                    // leave any VF alone; traffic stays synthetic
+	VFRequired               // auto, and bring-up fails without a VF carrying traffic
+)
+
+// Netvsc returns the driver's mode.
+func (m VFMode) Netvsc() netvsc.VFMode {
+	switch m {
+	case VFOff:
+		return netvsc.VFOff
+	case VFRequired:
+		return netvsc.VFRequired
+	}
+	return netvsc.VFAuto
+}
+
+func (m *VFMode) UnmarshalText(b []byte) error {
+	v, err := netvsc.ParseVFMode(string(b))
+	if err != nil {
+		return fmt.Errorf("%q: want auto, off or required", b)
+	}
+	switch v {
+	case netvsc.VFOff:
+		*m = VFOff
+	case netvsc.VFRequired:
+		*m = VFRequired
+	default:
+		*m = VFAuto
+	}
+	return nil
+}
+
+func (m VFMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+func (m VFMode) String() string               { return m.Netvsc().String() }
+
+// XDPAttach is how the VF's XDP program hooks its netdev
+// (afxdp.AttachMode): auto (native, else generic), native or generic.
+type XDPAttach afxdp.AttachMode
+
+func (a *XDPAttach) UnmarshalText(b []byte) error {
+	for _, m := range []afxdp.AttachMode{afxdp.AttachAuto, afxdp.AttachNative, afxdp.AttachGeneric} {
+		if m.String() == string(b) {
+			*a = XDPAttach(m)
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: want auto, native or generic", b)
+}
+
+func (a XDPAttach) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+func (a XDPAttach) String() string               { return afxdp.AttachMode(a).String() }
+
+// XDPBind is how the VF's AF_XDP sockets reach their memory
+// (afxdp.BindMode): auto (zero-copy, else copy), zero-copy or copy.
+type XDPBind afxdp.BindMode
+
+func (m *XDPBind) UnmarshalText(b []byte) error {
+	for _, v := range []afxdp.BindMode{afxdp.BindAuto, afxdp.BindZeroCopy, afxdp.BindCopy} {
+		if v.String() == string(b) {
+			*m = XDPBind(v)
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: want auto, zero-copy or copy", b)
+}
+
+func (m XDPBind) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+func (m XDPBind) String() string               { return afxdp.BindMode(m).String() }

@@ -38,12 +38,19 @@ type Stats struct {
 
 // NICStats is one NIC's counters.
 type NICStats struct {
-	Name       string              `json:"name"`
-	State      string              `json:"state"`
-	Interrupts uint64              `json:"interrupts"`
-	Violations map[string]uint64   `json:"protocol_violations,omitempty"`
-	Queues     []netvsc.QueueStats `json:"queues"`
-	Ethtool    []netvsc.Named      `json:"ethtool"`
+	Name       string            `json:"name"`
+	State      string            `json:"state"`
+	Interrupts uint64            `json:"interrupts"`
+	Violations map[string]uint64 `json:"protocol_violations,omitempty"`
+	// ControlFailures: control requests the host answered with a failure.
+	ControlFailures uint64 `json:"control_failures"`
+	// Queues are the synthetic path's queues (VMBus channels).
+	Queues []netvsc.QueueStats `json:"queues"`
+	// VF is the data path's split between synthetic and the VF.
+	VF VFStatus `json:"vf"`
+	// Ethtool: the counters under Linux hv_netvsc's ethtool -S names,
+	// vf_* included.
+	Ethtool []netvsc.Named `json:"ethtool"`
 }
 
 // Status reports the daemon, its NICs and forwards.
@@ -65,10 +72,12 @@ func (d *Daemon) Stats() Stats {
 	var s Stats
 	nics, _ := d.runners()
 	for _, r := range nics {
-		qs, viol, irq := r.stats()
-		st := netvsc.Stats{Queues: qs, Violations: viol, Interrupts: irq}
-		s.NICs = append(s.NICs, NICStats{Name: r.name(), State: r.status().State, Interrupts: irq,
-			Violations: viol, Queues: qs, Ethtool: st.Ethtool()})
+		t := r.totals()
+		st := netvsc.Stats{Queues: t.queues, Violations: t.viol, Interrupts: t.irq}
+		vf := netvsc.VFStatus{VF: netvsc.PathStats{RxPackets: t.vf.Paths.VF.RxPackets, RxBytes: t.vf.Paths.VF.RxBytes,
+			TxPackets: t.vf.Paths.VF.TxPackets, TxBytes: t.vf.Paths.VF.TxBytes, TxDropped: t.vf.Paths.VF.TxDropped}}
+		s.NICs = append(s.NICs, NICStats{Name: r.name(), State: r.state().State, Interrupts: t.irq, Violations: t.viol,
+			ControlFailures: t.controlFailures, Queues: t.queues, VF: t.vf, Ethtool: append(st.Ethtool(), vf.Ethtool()...)})
 	}
 	return s
 }
@@ -93,7 +102,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 func (d *Daemon) findNIC(name string) *nicRunner {
 	nics, _ := d.runners()
 	for i, r := range nics {
-		st := r.status()
+		st := r.state()
 		if name == r.cfg.Device || name == st.Instance || (r.cfg.TAP != "" && name == r.cfg.TAP) || name == strconv.Itoa(i) {
 			return r
 		}
@@ -154,7 +163,7 @@ func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return
 	}
-	st := r.status()
+	st := r.state()
 	iface, err := pw.AddInterface(r.name(), fmt.Sprintf("vmbusd netvsc %s mac %s", st.Instance, st.MAC), snaplen)
 	if err != nil {
 		return

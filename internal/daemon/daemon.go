@@ -375,7 +375,7 @@ func (d *Daemon) evaluate(last *string) {
 	total, up := len(nics)+len(fwds), 0
 	var down []string
 	for _, r := range nics {
-		st := r.status()
+		st := r.state()
 		if st.State == stateUp {
 			up++
 			continue
@@ -427,7 +427,7 @@ func (d *Daemon) stuck(limit time.Duration) string {
 		if now.Sub(r.lastBeat()) > limit {
 			return r.name()
 		}
-		if r.status().State == stateUp {
+		if r.state().State == stateUp {
 			if p := r.probed.Load(); p != 0 && now.Sub(time.Unix(0, p)) > probeLimit {
 				return r.name()
 			}
@@ -441,7 +441,7 @@ func (d *Daemon) notReady() []string {
 	var out []string
 	nics, fwds := d.runners()
 	for _, r := range nics {
-		if st := r.status(); st.State != stateUp {
+		if st := r.state(); st.State != stateUp {
 			s := fmt.Sprintf("%s: %s", r.name(), st.State)
 			if st.State == stateFailed {
 				s += ": " + st.Error

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -43,6 +44,8 @@ type rig struct {
 	noWaitReady bool
 	// logs is the daemon's log.
 	logs *logBuffer
+	// gpaPool is given to the daemon as Options.GPAPool (nil: none).
+	gpaPool *netvsc.GPAPool
 }
 
 // logBuffer keeps the daemon's log for a failing test.
@@ -151,7 +154,7 @@ func (r *rig) startWith(t *testing.T, cfg config.Config) {
 			t.Logf("daemon log:\n%s", logs.String())
 		}
 	})
-	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add, RescanInterval: r.rescan,
+	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add, RescanInterval: r.rescan, GPAPool: r.gpaPool,
 		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})
 	if err != nil {

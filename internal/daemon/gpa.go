@@ -31,14 +31,14 @@ import (
 // "sim" or "hugepage" insist (a NIC that cannot have one fails), "off"
 // never sets one up.
 type gpaSource struct {
-	mode  config.GPAPool
-	root  string
-	fixed *netvsc.GPAPool // Options.GPAPool: shared by every NIC
-	log   *slog.Logger
+	mode config.GPAPool
+	root string
+	log  *slog.Logger
 
 	mu      sync.Mutex
-	windows []gpaWindow // guest memory in use, by offset
-	last    string      // what was last logged
+	fixed   *netvsc.GPAPool // Options.GPAPool: shared by every NIC until found stale
+	windows []gpaWindow     // guest memory in use, by offset
+	last    string          // what was last logged
 }
 
 type gpaWindow struct{ off, size int }
@@ -71,9 +71,12 @@ func poolSize(nic config.NIC) int {
 // gives it back (after the NIC is closed): nil without a pool, with a
 // nil error when that is acceptable.
 func (g *gpaSource) open(nic config.NIC) (*netvsc.GPAPool, func(), error) {
-	if g.fixed != nil {
-		g.note("GPA-direct pool: the one the daemon was given", "backend", g.fixed.Kind())
-		return g.fixed, func() {}, nil
+	g.mu.Lock()
+	fixed := g.fixed
+	g.mu.Unlock()
+	if fixed != nil {
+		g.note("GPA-direct pool: the one the daemon was given", "backend", fixed.Kind())
+		return fixed, func() {}, nil
 	}
 	size := poolSize(nic)
 	var pool *netvsc.GPAPool
@@ -103,6 +106,22 @@ func (g *gpaSource) open(nic config.NIC) (*netvsc.GPAPool, func(), error) {
 	}
 	g.note("GPA-direct pool", "backend", pool.Kind(), "bytes_per_nic", size)
 	return pool, release, nil
+}
+
+// stale retires a pool netvsc.Open found stale (netvsc.ErrGPAPoolStale):
+// the pool the daemon was given is not handed out again, and later NICs get
+// pools of their own ([gpa] pool). A pool of ours is simply released by its
+// caller; the next open maps the memory the host reads now.
+func (g *gpaSource) stale(pool *netvsc.GPAPool) {
+	g.mu.Lock()
+	retired := pool != nil && g.fixed == pool
+	if retired {
+		g.fixed = nil
+	}
+	g.mu.Unlock()
+	if retired {
+		g.log.Warn("the GPA-direct pool the daemon was given is stale; NICs get pools of their own from now on", "gpa_pool", g.mode.String())
+	}
 }
 
 // note logs what the NICs get, once per change.

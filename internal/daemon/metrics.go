@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -65,6 +66,27 @@ var (
 	mSleepSecs   = newDesc("vmbusd_netvsc_sleep_seconds_total", "Time the queue spent asleep on the interrupt fd.", prometheus.CounterValue, qLabels...)
 	mRingUsed    = newDesc("vmbusd_vmbus_ring_used_bytes", "Bytes waiting in a ring (outbound: guest to host; inbound: host to guest).", prometheus.GaugeValue, "device", "queue", "ring")
 	mRingSize    = newDesc("vmbusd_vmbus_ring_size_bytes", "Data size of a ring.", prometheus.GaugeValue, "device", "queue", "ring")
+	mTxOversize  = newDesc("vmbusd_netvsc_transmit_oversize_dropped_total", "Frames within the MTU but larger than a send section, dropped for want of a GPA-direct pool (not in transmit_dropped).", prometheus.CounterValue, qLabels...)
+	mSharedWake  = newDesc("vmbusd_vmbus_shared_wakeups_total", "Interrupts that woke the queue with nothing for it: another channel's on the shared interrupt fd, or a spurious one.", prometheus.CounterValue, qLabels...)
+	mCtlFailures = newDesc("vmbusd_netvsc_control_failures_total", "Control requests the host answered with a failure status (NVSP or RNDIS).", prometheus.CounterValue, "device")
+
+	// The data path's split between the synthetic NIC and the
+	// accelerated-networking VF. Per device, not per queue: the queue
+	// series above are the synthetic path's VMBus channels, and summing
+	// these over path gives the NIC's whole traffic without counting a
+	// frame twice.
+	mPathRxPkts  = newDesc("vmbusd_netvsc_datapath_receive_packets_total", "Frames received, by path: synthetic (the VMBus rings) or vf (the VF's AF_XDP sockets).", prometheus.CounterValue, "device", "path")
+	mPathRxBytes = newDesc("vmbusd_netvsc_datapath_receive_bytes_total", "Bytes of frames received, by path.", prometheus.CounterValue, "device", "path")
+	mPathTxPkts  = newDesc("vmbusd_netvsc_datapath_transmit_packets_total", "Frames sent, by path (synthetic: completed by the host; vf: taken by the VF's socket).", prometheus.CounterValue, "device", "path")
+	mPathTxBytes = newDesc("vmbusd_netvsc_datapath_transmit_bytes_total", "Bytes of frames sent, by path.", prometheus.CounterValue, "device", "path")
+	mPathTxDrop  = newDesc("vmbusd_netvsc_datapath_transmit_dropped_total", "Frames dropped as unsendable, by path (synthetic: too big or oversize without a pool; vf: too big and not segmentable).", prometheus.CounterValue, "device", "path")
+	mPathSeconds = newDesc("vmbusd_netvsc_datapath_seconds_total", "Time the NIC was up with its transmit on each path.", prometheus.CounterValue, "device", "path")
+	mPathSwitch  = newDesc("vmbusd_netvsc_datapath_switches_total", "Data path switches between synthetic and the VF, by reason (vf_ready to the VF; the others back to synthetic).", prometheus.CounterValue, "device", "reason")
+	mVFState     = newDesc("vmbusd_netvsc_vf_state", "1 for the VF pairing's state: off, none, searching, attaching, active, detaching; 0 for the others.", prometheus.GaugeValue, "device", "state")
+	mVFInfo      = newDesc("vmbusd_netvsc_vf_info", "The NIC's VF setting and the VF as last paired: netdev, PCI function, driver, how it was matched, XDP hook and socket mode (always 1).",
+		prometheus.GaugeValue, "device", "mode", "ifname", "pci", "driver", "matched_by", "xdp_attach", "xdp_bind")
+	mVFAttempts = newDesc("vmbusd_netvsc_vf_attach_attempts_total", "Attempts to attach an associated VF (find, prepare, sockets, switch).", prometheus.CounterValue, "device")
+	mVFFailures = newDesc("vmbusd_netvsc_vf_attach_failures_total", "Attach attempts that failed for another reason than a VF not there yet.", prometheus.CounterValue, "device")
 
 	mHvConns    = newDesc("vmbusd_hvsock_connections_total", "Connections accepted by an hv_sock forward.", prometheus.CounterValue, "forward")
 	mHvActive   = newDesc("vmbusd_hvsock_connections_active", "Connections an hv_sock forward carries now.", prometheus.GaugeValue, "forward")
@@ -82,7 +104,9 @@ var (
 var allDescs = []metricDesc{mBuildInfo, mNICInfo, mNICUp, mNICFailed, mLinkUp, mLinkSpeed, mQueues, mResets, mRescinds,
 	mViolations, mInterrupts, mRxPackets, mRxBytes, mTxPackets, mTxBytes, mRxDropped, mTxDropped, mTxPath,
 	mTxSendFull, mTxBusy, mRxCompBusy, mSignals, mWakeups, mMissed, mPollSeconds, mSleepSecs, mRingUsed,
-	mRingSize, mHvConns, mHvActive, mHvBytes, mHvClosed, mHvDialFail, mHvRefused, mConnActive, mConnRefused,
+	mRingSize, mTxOversize, mSharedWake, mCtlFailures, mPathRxPkts, mPathRxBytes, mPathTxPkts, mPathTxBytes,
+	mPathTxDrop, mPathSeconds, mPathSwitch, mVFState, mVFInfo, mVFAttempts, mVFFailures,
+	mHvConns, mHvActive, mHvBytes, mHvClosed, mHvDialFail, mHvRefused, mConnActive, mConnRefused,
 	mCaptures, mCapRefused}
 
 func newRegistry(d *Daemon) *prometheus.Registry {
@@ -137,7 +161,7 @@ func (c *collector) collectServers(ch chan<- prometheus.Metric) {
 
 func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 	dev := r.name()
-	st := r.status()
+	st := r.state()
 	emit(ch, mNICInfo, 1, dev, st.Instance, st.MAC, st.Attach, st.Mode)
 	emit(ch, mNICUp, b2f(st.State == stateUp), dev)
 	emit(ch, mNICFailed, b2f(st.State == stateFailed), dev)
@@ -146,12 +170,14 @@ func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 	emit(ch, mQueues, float64(st.Queues), dev)
 	emit(ch, mResets, float64(st.Resets), dev)
 	emit(ch, mRescinds, float64(st.Rescinds), dev)
-	queues, viol, irq := r.stats()
+	t := r.totals()
 	for _, check := range netvsc.AllChecks() {
-		emit(ch, mViolations, float64(viol[check]), dev, check)
+		emit(ch, mViolations, float64(t.viol[check]), dev, check)
 	}
-	emit(ch, mInterrupts, float64(irq), dev)
-	for _, q := range queues {
+	emit(ch, mInterrupts, float64(t.irq), dev)
+	emit(ch, mCtlFailures, float64(t.controlFailures), dev)
+	collectVF(ch, dev, t.vf)
+	for _, q := range t.queues {
 		qs := strconv.Itoa(q.Queue)
 		emit(ch, mRxPackets, float64(q.RxPackets), dev, qs)
 		emit(ch, mRxBytes, float64(q.RxBytes), dev, qs)
@@ -170,6 +196,8 @@ func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 		emit(ch, mMissed, float64(q.Channel.MissedWakeups), dev, qs)
 		emit(ch, mPollSeconds, q.PollSeconds, dev, qs)
 		emit(ch, mSleepSecs, q.SleepSeconds, dev, qs)
+		emit(ch, mTxOversize, float64(q.TxDropOversize), dev, qs)
+		emit(ch, mSharedWake, float64(q.Channel.SharedWakeups), dev, qs)
 	}
 	if nic, _ := r.current(); nic != nil {
 		for _, q := range nic.Queues() {
@@ -182,6 +210,35 @@ func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 			emit(ch, mRingSize, float64(ch0.In().DataSize()), dev, qs, "inbound")
 		}
 	}
+}
+
+func collectVF(ch chan<- prometheus.Metric, dev string, vf VFStatus) {
+	for _, p := range []struct {
+		path string
+		c    PathCounters
+		secs float64
+	}{{"synthetic", vf.Paths.Synthetic, vf.SecondsSynthetic}, {"vf", vf.Paths.VF, vf.SecondsVF}} {
+		emit(ch, mPathRxPkts, float64(p.c.RxPackets), dev, p.path)
+		emit(ch, mPathRxBytes, float64(p.c.RxBytes), dev, p.path)
+		emit(ch, mPathTxPkts, float64(p.c.TxPackets), dev, p.path)
+		emit(ch, mPathTxBytes, float64(p.c.TxBytes), dev, p.path)
+		emit(ch, mPathTxDrop, float64(p.c.TxDropped), dev, p.path)
+		emit(ch, mPathSeconds, p.secs, dev, p.path)
+	}
+	reasons := maps.Clone(vf.SwitchReasons)
+	for _, r := range switchReasons {
+		emit(ch, mPathSwitch, float64(reasons[reasonLabel(r)]), dev, reasonLabel(r))
+		delete(reasons, reasonLabel(r))
+	}
+	for r, n := range reasons { // a reason this daemon does not know yet
+		emit(ch, mPathSwitch, float64(n), dev, r)
+	}
+	for _, s := range vfStates {
+		emit(ch, mVFState, b2f(vf.State == s), dev, s)
+	}
+	emit(ch, mVFInfo, 1, dev, vf.Mode, vf.IfName, vf.PCI, vf.Driver, vf.MatchedBy, vf.XDPAttach, vf.XDPBind)
+	emit(ch, mVFAttempts, float64(vf.AttachAttempts), dev)
+	emit(ch, mVFFailures, float64(vf.AttachFailures), dev)
 }
 
 func collectForward(ch chan<- prometheus.Metric, name string, t forward.Totals) {

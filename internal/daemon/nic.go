@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ const (
 	stateUp       = "up"
 	stateReset    = "resetting"
 	stateWaiting  = "waiting for the device"
+	// stateNoVF: vf = "required" and the VF did not carry traffic in time;
+	// bring-up is tried again with backoff.
+	stateNoVF = "waiting for the VF"
 	// stateFailed: a configuration or permanent error (a missing network
 	// namespace, an MTU the driver refuses, the management interface):
 	// retrying cannot help, so the NIC stays down, with the reason, until
@@ -74,6 +78,8 @@ type NICStatus struct {
 	// GPAPool is the backend of the incarnation's GPA-direct pool ("sim",
 	// "hugepage"; "" without one).
 	GPAPool string `json:"gpa_pool,omitempty"`
+	// VF is the accelerated-networking VF's pairing and the data path.
+	VF VFStatus `json:"vf"`
 }
 
 // permanentError is a failure retrying cannot fix: the NIC goes to
@@ -94,15 +100,97 @@ func isPermanent(err error) bool {
 // waits for it.
 var errNotPresent = errors.New("the device is not offered")
 
+// errHostSilent: the host stopped answering the liveness probe.
+var errHostSilent = errors.New("the host stopped answering control requests")
+
+// transientError is a local failure that passes by itself (a TAP name the
+// last incarnation still holds, a sysfs write that timed out, a data path
+// torn down under the NIC): the NIC is reset with backoff.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+func transient(err error) error { return &transientError{err} }
+
+// failureKind is what the supervisor does after an incarnation ends.
+type failureKind int
+
+const (
+	// failConfig: a setup or configuration error, or one the daemon
+	// cannot place: retrying cannot help, so the NIC stays failed, with
+	// the reason, until a reload.
+	failConfig failureKind = iota
+	// failViolation: the host broke the protocol (netvsc.CheckOf names
+	// the check; counted): reset with backoff.
+	failViolation
+	// failHost: the host refused a request or stopped answering
+	// (ErrControlTimeout, *RNDISError, *NVSPError, a dead channel, the
+	// liveness probe): reset with backoff.
+	failHost
+	// failTransient: a local condition that passes: reset with backoff.
+	failTransient
+	// failRescind: the host took the device away: wait for the re-offer.
+	failRescind
+	// failAbsent: the device is not offered: wait for it.
+	failAbsent
+	// failNoVF: a required VF did not carry traffic in time: try again
+	// with backoff (the host may be servicing it).
+	failNoVF
+)
+
+var failureNames = [...]string{failConfig: "configuration", failViolation: "protocol violation", failHost: "host failure",
+	failTransient: "transient", failRescind: "rescind", failAbsent: "absent", failNoVF: "no VF"}
+
+func (k failureKind) String() string { return failureNames[k] }
+
+// classify sorts an incarnation's failure by the netvsc error contract
+// (netvsc/errors.go, netvsc/config.go): a violation may be a
+// *vmbus.CorruptError inside a *netvsc.DeviceError, so it is told by
+// CheckOf, not by its type.
+func classify(err error) failureKind {
+	var (
+		perm  *permanentError
+		trans *transientError
+		rndis *netvsc.RNDISError
+		nvsp  *netvsc.NVSPError
+		dev   *netvsc.DeviceError
+	)
+	switch {
+	case errors.As(err, &perm):
+		return failConfig
+	case errors.Is(err, vmbus.ErrRescinded) || errors.Is(err, uio.ErrRescinded):
+		return failRescind
+	case errors.Is(err, errNotPresent):
+		return failAbsent
+	case netvsc.CheckOf(err) != "":
+		return failViolation
+	case errors.Is(err, netvsc.ErrNoVF):
+		return failNoVF
+	case errors.Is(err, netvsc.ErrControlTimeout), errors.As(err, &rndis), errors.As(err, &nvsp),
+		errors.Is(err, errHostSilent), errors.As(err, &dev):
+		return failHost
+	case errors.As(err, &trans), errors.Is(err, netvsc.ErrGPAPoolStale):
+		return failTransient
+	}
+	return failConfig
+}
+
 // nicRunner supervises one configured NIC through resets and rescinds.
 // One runner lives from the NIC's start to its stop (at shutdown, or when
 // a reload removes or changes it).
 type nicRunner struct {
-	d    *Daemon
-	cfg  config.NIC
-	log  *slog.Logger
-	cap  captureHub
-	beat atomic.Int64
+	d   *Daemon
+	cfg config.NIC
+	log *slog.Logger
+	// devLog is what the NIC's driver logs through: wrapped once, here,
+	// so that netvsc and vmbus keep it across resets instead of putting a
+	// fresh limiter of their own on each incarnation; the lines are
+	// limited once, by the daemon's [log] limits (r.log's handler), which
+	// hold for the daemon's lifetime and follow a reload.
+	devLog *slog.Logger
+	cap    captureHub
+	beat   atomic.Int64
 	// probed is when the host last answered the liveness probe.
 	probed atomic.Int64
 	cancel context.CancelFunc
@@ -118,18 +206,29 @@ type nicRunner struct {
 	devIno    uint64 // the sysfs directory of the device last opened
 	nic       *netvsc.NIC
 	nicChange chan struct{} // closed when nic changes
+	// live is the incarnation whose counters are not folded into the
+	// base yet: set with nic, cleared by closeNIC as it folds them, so
+	// that a scrape while a NIC closes sees them once, never twice or
+	// not at all.
+	live      *netvsc.NIC
 	boundByUs bool
 	// Counters of earlier incarnations, so the exported counters never go
 	// backwards across a reset.
 	base     map[int]netvsc.QueueStats
 	baseViol map[string]uint64
 	baseIRQ  uint64
+	baseCtl  uint64 // control requests the host failed
+	baseVF   vfTotals
+	// irqSeen is the highest interrupt count reported (netvsc's count of
+	// a closed NIC is not exact, and a counter must not go backwards).
+	irqSeen uint64
 }
 
 func newNICRunner(d *Daemon, cfg config.NIC) *nicRunner {
 	r := &nicRunner{d: d, cfg: cfg, log: d.log.With("nic", cfg.Device),
 		base: map[int]netvsc.QueueStats{}, baseViol: map[string]uint64{}, nicChange: make(chan struct{}),
 		done: make(chan struct{})}
+	r.devLog = vmbus.LimitLogger(r.log, math.MaxInt, time.Hour)
 	r.st = NICStatus{Name: cfg.Device, Device: cfg.Device, State: stateStarting, Since: time.Now(),
 		Attach: cfg.Attach.String(), TAP: cfg.TAP, Mode: cfg.Mode.String()}
 	r.beat.Store(time.Now().UnixNano())
@@ -144,6 +243,7 @@ func (r *nicRunner) inherit(old *nicRunner) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.base, r.baseViol, r.baseIRQ = maps.Clone(old.base), maps.Clone(old.baseViol), old.baseIRQ
+	r.baseCtl, r.baseVF, r.irqSeen = old.baseCtl, old.baseVF.clone(), old.irqSeen
 	r.st.Resets, r.st.Rescinds = old.st.Resets, old.st.Rescinds
 	r.instance, r.st.Instance = old.instance, old.st.Instance
 }
@@ -183,12 +283,22 @@ func (r *nicRunner) setInstance(g vmbus.GUID) {
 func (r *nicRunner) lastBeat() time.Time { return time.Unix(0, r.beat.Load()) }
 func (r *nicRunner) heartbeat()          { r.beat.Store(time.Now().UnixNano()) }
 
+// status returns the NIC's state with its VF's.
 func (r *nicRunner) status() NICStatus {
+	st := r.state()
+	st.VF = r.totals().vf
+	return st
+}
+
+// state returns the NIC's state without the VF's (which needs the
+// counters).
+func (r *nicRunner) state() NICStatus {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	st := r.st
 	st.BoundByUs = r.boundByUs
-	if n := r.nic; n != nil && st.State == stateUp {
+	n := r.nic
+	r.mu.Unlock()
+	if n != nil && st.State == stateUp {
 		l := n.Link()
 		st.LinkUp, st.LinkSpeed = l.Up, l.Speed
 	}
@@ -236,6 +346,9 @@ func (r *nicRunner) release() { r.inUse.RUnlock() }
 func (r *nicRunner) setNIC(n *netvsc.NIC) {
 	r.mu.Lock()
 	r.nic = n
+	if n != nil {
+		r.live = n
+	}
 	close(r.nicChange)
 	r.nicChange = make(chan struct{})
 	r.mu.Unlock()
@@ -260,12 +373,18 @@ func (r *nicRunner) run(ctx context.Context) {
 		if time.Since(start) > healthyAfter {
 			backoff = backoffMin
 		}
-		switch {
-		case isPermanent(err):
+		kind := classify(err)
+		// A device that went away in the middle of bring-up fails in
+		// whatever way it happened to: waiting for it is the answer.
+		if kind != failRescind && !isPermanent(err) && !r.present() {
+			kind = failAbsent
+		}
+		switch kind {
+		case failConfig:
 			r.setState(stateFailed, err)
 			r.log.Error("NIC failed; not retrying: fix the configuration and reload (SIGHUP)", "err", err)
 			r.idle(ctx)
-		case errors.Is(err, vmbus.ErrRescinded) || errors.Is(err, uio.ErrRescinded):
+		case failRescind:
 			r.mu.Lock()
 			r.st.Rescinds++
 			ino := r.devIno
@@ -274,17 +393,22 @@ func (r *nicRunner) run(ctx context.Context) {
 			r.log.Warn("device rescinded by the host; waiting for it to be offered again", "err", err)
 			r.waitOffer(ctx, ino)
 			backoff = backoffMin // a new device
-		case errors.Is(err, errNotPresent) || !r.present():
+		case failAbsent:
 			r.setState(stateWaiting, err)
 			r.log.Warn("device not present; waiting for it to be offered", "err", err)
 			r.waitOffer(ctx, 0)
 			backoff = backoffMin
-		default:
+		case failNoVF:
+			r.setState(stateNoVF, err)
+			r.log.Warn("the required VF does not carry traffic; trying again", "err", err, "retry_in", backoff)
+			r.sleep(ctx, backoff)
+			backoff = min(backoff*2, backoffMax)
+		default: // failViolation, failHost, failTransient
 			r.mu.Lock()
 			r.st.Resets++
 			r.mu.Unlock()
 			r.setState(stateReset, err)
-			r.log.Error("NIC failed; resetting", "err", err, "check", netvsc.CheckOf(err), "retry_in", backoff)
+			r.log.Error("NIC failed; resetting", "err", err, "kind", kind.String(), "check", netvsc.CheckOf(err), "retry_in", backoff)
 			r.sleep(ctx, backoff)
 			backoff = min(backoff*2, backoffMax)
 		}
@@ -417,7 +541,9 @@ func bindFailure(err error) error {
 	if errors.Is(err, bind.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: %w", errNotPresent, err)
 	}
-	return err
+	// A timeout or a sysfs write the kernel refused once (bind.ErrTimeout,
+	// EBUSY, EIO): tried again.
+	return transient(err)
 }
 
 // tapFailure sorts a failed TAP creation: no privilege or a value the
@@ -427,7 +553,7 @@ func tapFailure(err error) error {
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EINVAL) || errors.Is(err, fs.ErrNotExist) {
 		return permanent(err)
 	}
-	return err
+	return transient(err)
 }
 
 // incarnation brings the NIC up once and supervises it until it fails or
@@ -474,10 +600,25 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 	if err != nil {
 		return permanent(err)
 	}
-	defer releasePool()
+	defer func() { releasePool() }()
 	ncfg := r.cfg.Netvsc()
-	ncfg.GPAPool, ncfg.Logger = pool, r.log
+	ncfg.GPAPool, ncfg.Logger = pool, r.devLog
 	nic, err := netvsc.Open(ctx, dev, ncfg)
+	if errors.Is(err, netvsc.ErrGPAPoolStale) {
+		// The host that reads the pool's memory is not the one that
+		// served it (a simulated host restarted on the same root): a
+		// pool of the current host's memory is opened, and the stale one
+		// is never handed out again.
+		r.log.Warn("GPA-direct pool stale; opening a new one", "err", err)
+		releasePool()
+		releasePool = func() {}
+		r.d.gpa.stale(pool)
+		if pool, releasePool, err = r.d.gpa.open(r.cfg); err != nil {
+			return permanent(err)
+		}
+		ncfg.GPAPool = pool
+		nic, err = netvsc.Open(ctx, dev, ncfg)
+	}
 	if err != nil {
 		// A violation during bring-up counts like any other.
 		if check := netvsc.CheckOf(err); check != "" {
@@ -506,6 +647,9 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 		att, err := tap.Attach(nic, td, tap.AttachOptions{Logger: r.log, Observe: r.observer(nic)})
 		if err != nil {
 			td.Close()
+			if nerr := nic.Err(); nerr != nil {
+				err = nerr // the NIC died under the attachment
+			}
 			r.closeNIC(nic)
 			return err
 		}
@@ -518,7 +662,7 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 			td.Close()
 		}
 		r.log.Info("NIC attached to TAP", "tap", td.Name(), "netns", r.cfg.NetNS, "queues", len(nic.Queues()),
-			"mac", nic.MAC().String(), "mtu", nic.MTU(), "gpa_pool", r.status().GPAPool)
+			"mac", nic.MAC().String(), "mtu", nic.MTU(), "gpa_pool", r.state().GPAPool)
 	case config.AttachForward:
 		fctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
@@ -532,7 +676,7 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 			wg.Wait()
 		}
 		r.log.Info("NIC forwarding", "to", r.cfg.Peer, "queues", len(nic.Queues()), "mtu", nic.MTU(),
-			"gpa_pool", r.status().GPAPool)
+			"gpa_pool", r.state().GPAPool)
 	}
 	r.setNIC(nic)
 	r.probed.Store(time.Now().UnixNano()) // bring-up answered the host's questions
@@ -552,12 +696,16 @@ loop:
 			failure = nic.Err()
 			break loop
 		case err := <-dataDone:
-			failure = err
-			if e := nic.Err(); e != nil {
+			// The NIC's own failure says more than the attachment's;
+			// otherwise the TAP side went (deleted under us): the next
+			// incarnation makes a new one.
+			switch e := nic.Err(); {
+			case e != nil:
 				failure = e
-			}
-			if failure == nil {
-				failure = errors.New("data path stopped")
+			case err != nil:
+				failure = transient(fmt.Errorf("data path: %w", err))
+			default:
+				failure = transient(errors.New("data path stopped"))
 			}
 			break loop
 		case <-t.C:
@@ -578,7 +726,7 @@ loop:
 				probeFails++
 				r.log.Warn("liveness probe failed", "err", err, "consecutive", probeFails)
 				if probeFails >= probeLimit {
-					failure = fmt.Errorf("the host stopped answering control requests: %w", err)
+					failure = fmt.Errorf("%w: %w", errHostSilent, err)
 					break loop
 				}
 			}
@@ -622,11 +770,16 @@ func quiesce(nic *netvsc.NIC) {
 const quiesceWait = time.Second
 
 // closeNIC closes an incarnation and folds its counters into the base.
+// They are read after Close, which moves the data path to synthetic and
+// completes what was in flight, so nothing counted later is lost; the
+// interrupt count before it (after Close, netvsc counts the last session's
+// interrupts twice).
 func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
-	st := nic.Stats()
+	irq := nic.Stats().Interrupts
 	if err := nic.Close(); err != nil && !errors.Is(err, netvsc.ErrClosed) {
 		r.log.Debug("close", "err", err)
 	}
+	st, vf := nic.Stats(), nic.VFStatus()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, q := range st.Queues {
@@ -635,7 +788,12 @@ func (r *nicRunner) closeNIC(nic *netvsc.NIC) {
 	for k, v := range st.Violations {
 		r.baseViol[k] += v
 	}
-	r.baseIRQ += st.Interrupts
+	r.baseIRQ += irq
+	r.baseCtl += st.ControlFailures
+	r.baseVF.add(vf)
+	if r.live == nic {
+		r.live = nil
+	}
 }
 
 // forward moves frames from this NIC's queues to the peer NIC until ctx
@@ -712,24 +870,37 @@ func (r *nicRunner) shutdown() {
 	r.setState(stateStopped, nil)
 }
 
-// stats returns the NIC's counters including earlier incarnations.
-func (r *nicRunner) stats() (queues []netvsc.QueueStats, viol map[string]uint64, irq uint64) {
+// nicTotals are a NIC's counters over every incarnation.
+type nicTotals struct {
+	queues          []netvsc.QueueStats
+	viol            map[string]uint64
+	irq             uint64
+	controlFailures uint64
+	vf              VFStatus
+}
+
+// totals returns the NIC's counters including earlier incarnations.
+func (r *nicRunner) totals() nicTotals {
 	r.mu.Lock()
-	nic := r.nic
+	nic := r.live
 	base := maps.Clone(r.base)
-	viol = maps.Clone(r.baseViol)
-	irq = r.baseIRQ
+	t := nicTotals{viol: maps.Clone(r.baseViol), irq: r.baseIRQ, controlFailures: r.baseCtl}
+	baseVF := r.baseVF.clone()
 	r.mu.Unlock()
 	cur := map[int]netvsc.QueueStats{}
+	var curVF *netvsc.VFStatus
 	if nic != nil {
 		st := nic.Stats()
 		for _, q := range st.Queues {
 			cur[q.Queue] = q
 		}
 		for k, v := range st.Violations {
-			viol[k] += v
+			t.viol[k] += v
 		}
-		irq += st.Interrupts
+		t.irq += st.Interrupts
+		t.controlFailures += st.ControlFailures
+		vs := nic.VFStatus()
+		curVF = &vs
 	}
 	n := max(len(base), len(cur))
 	for k := range base {
@@ -741,9 +912,14 @@ func (r *nicRunner) stats() (queues []netvsc.QueueStats, viol map[string]uint64,
 	for i := 0; i < n; i++ {
 		q := addQueueStats(base[i], cur[i])
 		q.Queue = i
-		queues = append(queues, q)
+		t.queues = append(t.queues, q)
 	}
-	return queues, viol, irq
+	r.mu.Lock()
+	r.irqSeen = max(r.irqSeen, t.irq)
+	t.irq = r.irqSeen
+	r.mu.Unlock()
+	t.vf = vfReport(r.cfg.VF, baseVF, curVF, t.queues)
+	return t
 }
 
 func addQueueStats(a, b netvsc.QueueStats) netvsc.QueueStats {
@@ -769,6 +945,7 @@ func addQueueStats(a, b netvsc.QueueStats) netvsc.QueueStats {
 	a.RxCompSent += b.RxCompSent
 	a.RxPPIErrors += b.RxPPIErrors
 	a.TxVLANMoved += b.TxVLANMoved
+	a.TxDropOversize += b.TxDropOversize
 	a.StopQueue += b.StopQueue
 	a.PollSeconds += b.PollSeconds
 	a.SleepSeconds += b.SleepSeconds
@@ -785,5 +962,6 @@ func addQueueStats(a, b netvsc.QueueStats) netvsc.QueueStats {
 	c.Wakeups += d.Wakeups
 	c.MissedWakeups += d.MissedWakeups
 	c.IdleWaits += d.IdleWaits
+	c.SharedWakeups += d.SharedWakeups
 	return a
 }

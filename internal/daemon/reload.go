@@ -187,7 +187,7 @@ func (d *Daemon) apply(cfg config.Config) (Changes, error) {
 		switch {
 		case o == nil:
 			ch.Added = append(ch.Added, n.Device)
-		case o.cfg.Equal(n) && o.status().State != stateFailed:
+		case o.cfg.Equal(n) && o.state().State != stateFailed:
 			ch.Unchanged = append(ch.Unchanged, n.Device)
 			newNICs[i] = o
 		case o.cfg.Equal(n):

@@ -160,9 +160,9 @@ func soakRound(t *testing.T, r *rig, hv *sim.HvSock, sock string) {
 	}
 	r.gen.Close()
 	r.gen = sim.NewGenerator(sim.GeneratorConfig{Flows: 8, Rate: 20000}) // a generator serves one NIC only
-	// Not monitored: the simulated host hands out monitor ids without
-	// taking back those of rescinded devices, and would run out.
-	r.a = r.addNICWith(t, sim.NICConfig{IfName: "eth1", MaxQueues: 2, Instance: inst, NotMonitored: true})
+	// Monitored, as the NIC was first offered: the host takes a rescinded
+	// device's monitor id back and hands it out again.
+	r.a = r.addNICWith(t, sim.NICConfig{IfName: "eth1", MaxQueues: 2, Instance: inst})
 	r.a.Attach(r.gen)
 	waitFor(t, "eth1 up again", func() bool { return r.nicState("eth1").State == "up" })
 	before := forwarded(r)
