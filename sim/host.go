@@ -55,6 +55,8 @@ type Host struct {
 
 	lock *os.File // the root directory, flocked while the host runs
 
+	removeRoot bool // the root is NewTemp's: Close removes it
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -191,7 +193,8 @@ func (h *Host) Device(instance vmbus.GUID) *Device {
 
 // Close rescinds every device and stops the host. The tree stays, but for
 // R/dev/guestmem: guest RAM lives as long as the host that serves it (a
-// guest's pool in it is stale then: netvsc.GPAPool.Valid).
+// guest's pool in it is stale then: netvsc.GPAPool.Valid). A NewTemp host
+// removes its whole root.
 func (h *Host) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -217,6 +220,11 @@ func (h *Host) Close() error {
 		first = err
 	}
 	h.lock.Close() // releases the root
+	if h.removeRoot {
+		if err := os.RemoveAll(h.cfg.Root); err != nil && first == nil {
+			first = fmt.Errorf("sim: remove root: %w", err)
+		}
+	}
 	h.log.Info("simulated host stopped")
 	return first
 }
