@@ -35,9 +35,10 @@ func DataOffset() int { return os.Getpagesize() }
 
 // ring is the memory of one direction.
 type ring struct {
-	ctl  *ringControl
-	data []byte
-	size uint32 // len(data): the data size
+	ctl     *ringControl
+	data    []byte
+	size    uint32 // len(data): the data size
+	bulkMin int    // copies this long or longer use bulkCopy (copy.go)
 }
 
 func newRing(mem []byte) (ring, error) {
@@ -48,7 +49,7 @@ func newRing(mem []byte) (ring, error) {
 	if !aligned4(mem) {
 		return ring{}, fmt.Errorf("vmbus: ring memory not 4-byte aligned")
 	}
-	return ring{ctl: controlOf(mem), data: mem[off:], size: uint32(len(mem) - off)}, nil
+	return ring{ctl: controlOf(mem), data: mem[off:], size: uint32(len(mem) - off), bulkMin: bulkCopyMin}, nil
 }
 
 // used returns the bytes between read index r and write index w.
@@ -71,37 +72,20 @@ func (r *ring) sharedUsed() int {
 
 // copyOut copies len(dst) bytes starting at data offset off, wrapping.
 func (r *ring) copyOut(dst []byte, off uint32) {
-	n := copy(dst, r.data[off:])
+	n := r.copyData(dst, r.data[off:])
 	if n < len(dst) {
-		copy(dst[n:], r.data)
+		r.copyData(dst[n:], r.data)
 	}
 }
 
 // copyIn copies src to data offset off, wrapping, and returns the offset
 // after it.
 func (r *ring) copyIn(off uint32, src []byte) uint32 {
-	n := copyAligned(r.data[off:], src)
+	n := r.copyData(r.data[off:], src)
 	if n < len(src) {
-		copyAligned(r.data, src[n:])
+		r.copyData(r.data, src[n:])
 	}
 	return r.advance(off, uint32(len(src)))
-}
-
-// copyAligned is copy(dst, src) for ring writes. A long copy first moves the
-// bytes up to dst's next 16-byte boundary so that runtime.memmove takes its
-// REP MOVSQ path (amd64 with ERMS and FSRM, 2 KiB or more, 16-aligned
-// destination only) instead of its AVX loop: packets start 8-aligned, and
-// without this every other large payload copy ran 8-16% slower than glibc's
-// memcpy (measured against DPDK's ring code with cmd/ringbench).
-func copyAligned(dst, src []byte) int {
-	if len(src) >= 2048 && len(dst) >= 2048 {
-		if h := misalign16(dst); h != 0 {
-			h = 16 - h
-			copy(dst[:h], src[:h])
-			return h + copy(dst[h:], src[h:])
-		}
-	}
-	return copy(dst, src)
 }
 
 func (r *ring) advance(off, n uint32) uint32 {

@@ -37,8 +37,3 @@ func word32(b []byte, off int) *uint32 {
 	_ = b[off+3]
 	return (*uint32)(unsafe.Pointer(&b[off]))
 }
-
-// misalign16 returns b's start address modulo 16.
-func misalign16(b []byte) int {
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % 16)
-}

@@ -10,11 +10,14 @@
 #   -g "RINGS"   ring sizes per direction (default "2M 256K")
 #   -m "MODES"   full (payload pattern generated and checked) and/or x (-x:
 #                sequence word only, ring cost only) (default "full x")
-#   -p "PAIRS"   sender-receiver pairs (default "dpdk-dpdk go-go go-dpdk dpdk-go")
+#   -p "PAIRS"   sender-receiver pairs (default "dpdk-dpdk go-go go-dpdk dpdk-go");
+#                "base" names a second ringbench, for before/after in one run
 #   -n MAX       packets per run: min(MAX, 10^10/SIZE) (default 2000000)
 #   -u           unpinned (default: sender on CPU 0, receiver on CPU 1)
 # env: RINGPEER (required) the ringpeer binary (tools/ringpeer/build.sh OUTDIR);
-#      RINGBENCH the ringbench binary (default: go build it into a temp dir).
+#      RINGBENCH the ringbench binary (default: go build it into a temp dir);
+#      RINGBENCH_BASE the ringbench binary that "base" in PAIRS runs, e.g. one
+#      built from an earlier commit.
 set -euo pipefail
 runs=3 sizes="64 256 1024 4096 16384 65536" rings="2M 256K" modes="full x"
 pairs="dpdk-dpdk go-go go-dpdk dpdk-go" maxn=2000000 scpu=(-c 0) rcpu=(-c 1)
@@ -38,7 +41,14 @@ if [[ -z ${RINGBENCH:-} ]]; then
 	RINGBENCH=$tmp/ringbench
 	(cd "$(dirname "$0")" && go build -o "$RINGBENCH" .)
 fi
-bin() { if [[ $1 == go ]]; then echo "$RINGBENCH"; else echo "$RINGPEER"; fi; }
+bin() {
+	case $1 in
+	go) echo "$RINGBENCH" ;;
+	dpdk) echo "$RINGPEER" ;;
+	base) echo "${RINGBENCH_BASE:?set RINGBENCH_BASE to use base in PAIRS}" ;;
+	*) echo "unknown peer $1 in PAIRS" >&2; exit 2 ;;
+	esac
+}
 median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 range() { sort -g | awk '{v[NR] = $1} END {printf "%.0f-%.0f", v[1], v[NR]}'; }
 field() { sed -n "s/^result .* $1=\([^ ]*\).*/\1/p" "$2"; }
