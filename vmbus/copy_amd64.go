@@ -31,7 +31,7 @@ func bulkThreshold(erms, fsrm bool) int {
 // under 64 bytes are left to copy.
 func bulkCopy(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n < 64 {
+	if raceBuild || n < 64 {
 		return copy(dst, src)
 	}
 	d := uintptr(unsafe.Pointer(unsafe.SliceData(dst)))
@@ -39,7 +39,6 @@ func bulkCopy(dst, src []byte) int {
 	if d-s < uintptr(n) || s-d < uintptr(n) {
 		return copy(dst, src)
 	}
-	raceCopy(dst[:n], src[:n])
 	repMovsb(unsafe.SliceData(dst), unsafe.SliceData(src), n)
 	return n
 }

@@ -2,4 +2,4 @@
 
 package vmbus
 
-func raceCopy(dst, src []byte) {}
+const raceBuild = false

@@ -639,7 +639,7 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 	switch r.cfg.Attach {
 	case config.AttachTAP:
 		td, err := tap.Create(tap.Config{Name: r.cfg.TAP, Queues: len(nic.Queues()), MAC: nic.MAC(),
-			MTU: nic.MTU(), Netns: r.cfg.NetNS, Addr: r.cfg.Address, GSO: r.cfg.GSO})
+			MTU: nic.MTU(), Netns: r.cfg.NetNS, Addr: r.cfg.Address})
 		if err != nil {
 			r.closeNIC(nic)
 			return tapFailure(err)

@@ -1055,7 +1055,7 @@ func TestVFTCPThroughTAPSurvivesServicing(t *testing.T) {
 	r := newVFRig(t, vfRigOpts{port: port})
 	rg.host, rg.sn, rg.port, rg.nic = r.host, r.sn, port, r.nic
 	rg.dev, err = tap.Create(tap.Config{Name: "vmbusd0", Queues: len(r.nic.Queues()), MAC: r.nic.MAC(), MTU: r.nic.MTU(),
-		Netns: rg.guestNS, Addr: guestAddr, GSO: true})
+		Netns: rg.guestNS, Addr: guestAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
