@@ -198,7 +198,7 @@ func addCollectorMetrics(c catalog) error {
 
 func TestCatalogReadsTheDaemonsMetrics(t *testing.T) {
 	c := daemonCatalog(t)
-	// A few the assets rely on, with the labels the README documents.
+	// A few the assets rely on, with the labels docs/metrics.md documents.
 	for name, want := range map[string]metric{
 		"vmbusd_netvsc_up":                        {"gauge", []string{"device"}},
 		"vmbusd_netvsc_receive_packets_total":     {"counter", []string{"device", "queue"}},

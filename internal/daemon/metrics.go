@@ -23,7 +23,7 @@ import (
 // Metrics: one registry per daemon, the process and Go collectors, and one
 // custom collector that reads the counters the data path keeps (atomics
 // with a single writer) at scrape time. No client_golang call runs per
-// packet. Every series is listed in the README.
+// packet. Every series is listed in docs/metrics.md.
 
 type metricDesc struct {
 	d    *prometheus.Desc
