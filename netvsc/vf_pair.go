@@ -202,8 +202,10 @@ func (m *vfManager) hostSwitch(s *session, path uint32) {
 	m.mu.Lock()
 	if m.att != nil && m.att.sess == s {
 		m.triggerLocked(ReasonHostSwitch, now, "")
-		m.hold = now.Add(vfAfterHostSwitch)
 	}
+	// Also while an attachment is being prepared: the host has just said
+	// "synthetic", so attachVF must not answer with a switch to the VF.
+	m.hold = now.Add(vfAfterHostSwitch)
 	m.mu.Unlock()
 	m.poke()
 }
@@ -368,6 +370,10 @@ func (m *vfManager) step() time.Duration {
 		m.backoff = vfRetryMin
 		return 0
 	}
+	if errors.Is(err, errVFGoing) {
+		m.lastErr = err.Error()
+		return time.Millisecond // look again: the withdrawal or the hold decides
+	}
 	if !errors.Is(err, errVFNotFound) && !errors.Is(err, errNoCarrier) {
 		m.failures++
 		m.log.Warn("VF not attached; retrying", "err", err, "in", m.backoff)
@@ -435,6 +441,10 @@ func (m *vfManager) linkEvents() {
 // errNoCarrier: the VF's netdev is up but has no link yet.
 var errNoCarrier = errors.New("netvsc: VF netdev has no carrier")
 
+// errVFGoing: while the VF was being prepared the host withdrew it or
+// switched the NIC to synthetic, so it was not switched to.
+var errVFGoing = errors.New("netvsc: VF withdrawn while it was being attached")
+
 // attachVF finds, prepares and attaches the VF and switches to it.
 func (m *vfManager) attachVF(s *session, serial uint32) error {
 	m.mu.Lock()
@@ -472,6 +482,21 @@ func (m *vfManager) attachVF(s *session, serial uint32) error {
 	m.att, m.trig, m.last = att, vfTrigger{}, dev
 	m.attach, m.bind, m.sockets = port.AttachMode().String(), port.BindMode().String(), len(att.socks)
 	m.mu.Unlock()
+	// Preparing the VF (the XDP program, the sockets) takes milliseconds,
+	// more under load, and the host may withdraw the association or switch
+	// to synthetic meanwhile (host servicing). Asking for the VF after that
+	// would have the host steer to a VF it is taking away, so look again
+	// right before asking.
+	m.mu.Lock()
+	going := m.trig.reason != "" || m.assoc.sess != s || !m.assoc.allocated || time.Now().Before(m.hold)
+	if going {
+		m.att = nil
+	}
+	m.mu.Unlock()
+	if going {
+		m.unbind(att)
+		return errVFGoing
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.ControlTimeout, vfSwitchTimeout))
 	err = m.n.SwitchDataPath(ctx, true)
 	cancel()
