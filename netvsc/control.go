@@ -2,6 +2,7 @@ package netvsc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,13 @@ type control struct {
 	resp       []byte
 	respN      int
 	got        bool
-	sendBusy   bool
-	ready      chan struct{}
+	// late holds the ids of the last RNDIS requests that timed out: the
+	// host may still answer them, and such an answer is stale, not a
+	// violation, even while another request waits.
+	late     [4]uint32
+	lateNext int
+	sendBusy bool
+	ready    chan struct{}
 }
 
 func newControl(s *session) *control {
@@ -103,6 +109,10 @@ func (c *control) onRNDIS(t RNDISType, id uint32, msg []byte) error {
 	}
 	c.rmu.Unlock()
 	c.poke()
+	if !match && c.tookLate(id) {
+		c.s.nic.hostEvent("late " + t.String())
+		return nil
+	}
 	if waiting && !match {
 		return perr(t.String(), KindType, "request_id", uint64(id))
 	}
@@ -110,6 +120,23 @@ func (c *control) onRNDIS(t RNDISType, id uint32, msg []byte) error {
 		c.s.nic.hostEvent("stray " + t.String())
 	}
 	return nil
+}
+
+// tookLate reports whether id is one of the requests that timed out, and
+// forgets it: each is answered at most once.
+func (c *control) tookLate(id uint32) bool {
+	if id == 0 {
+		return false
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for i, l := range c.late {
+		if l == id {
+			c.late[i] = 0
+			return true
+		}
+	}
+	return false
 }
 
 // wait drains queue 0 until cond holds (evaluated under rmu), the
@@ -268,6 +295,12 @@ func (c *control) rndis(ctx context.Context, msg []byte, rid uint32, want RNDIST
 		return nil, err
 	}
 	if err := c.wait(ctx, func() bool { return c.got }); err != nil {
+		if errors.Is(err, ErrControlTimeout) {
+			c.rmu.Lock()
+			c.late[c.lateNext] = rid
+			c.lateNext = (c.lateNext + 1) % len(c.late)
+			c.rmu.Unlock()
+		}
 		return nil, fmt.Errorf("netvsc: %s: %w", want, err)
 	}
 	c.rmu.Lock()

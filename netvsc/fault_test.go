@@ -316,6 +316,29 @@ func TestTolerableHostBehaviour(t *testing.T) {
 			t.Fatal(n.Err())
 		}
 	})
+	t.Run("late-answer", func(t *testing.T) {
+		// The answer to a query that timed out arrives while the next
+		// query waits: stale, dropped and counted, as Linux does, never a
+		// violation. The host answers in order, so the late answer
+		// always comes first.
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), netvsc.Config{})
+		sn.SetControlDelay(300 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if _, err := n.QueryLink(ctx); !errors.Is(err, netvsc.ErrControlTimeout) {
+			t.Fatalf("QueryLink: %v", err)
+		}
+		if _, err := n.QueryLink(context.Background()); err != nil {
+			t.Fatalf("QueryLink after a timed-out one: %v", err)
+		}
+		if err := n.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ev := n.Stats().HostEvents
+		if ev["late QUERY_CMPLT"] != 1 {
+			t.Errorf("host events %v, want one late QUERY_CMPLT", ev)
+		}
+	})
 }
 
 func TestControlAnswerFaults(t *testing.T) {
