@@ -39,8 +39,13 @@ type NIC struct {
 	reconfigures atomic.Uint64
 	ctlTimeouts  atomic.Uint64
 	ctlFailures  atomic.Uint64
-	rxIgnored    atomic.Uint64
-	interrupts   atomic.Uint64 // of sessions torn down
+	// foldMu makes folding a closing session's counters into the two
+	// below, and Stats' reading of them plus the current session's, one
+	// step each: a NIC's counters neither count a closed session twice
+	// nor go backwards while it closes.
+	foldMu     sync.Mutex
+	rxIgnored  atomic.Uint64 // of sessions torn down
+	interrupts atomic.Uint64 // of sessions torn down
 
 	linkMu sync.Mutex
 	linkCh chan struct{}
@@ -94,6 +99,7 @@ type session struct {
 
 	running   atomic.Bool
 	rxIgnored atomic.Uint64
+	folded    bool // its counters are in the NIC's (guarded by nic.foldMu)
 	sendTable [VRSSSendTabSize]atomic.Uint32
 	hasTable  atomic.Bool
 	linkUp    atomic.Bool
@@ -276,9 +282,14 @@ func (n *NIC) Stats() Stats {
 		LinkChanges:  n.linkChanges.Load(),
 		Reconfigures: n.reconfigures.Load(), ControlTimeouts: n.ctlTimeouts.Load(),
 		ControlFailures: n.ctlFailures.Load(),
-		RxIgnored:       n.rxIgnored.Load() + s.rxIgnored.Load(),
-		Interrupts:      n.interrupts.Load() + s.h.Interrupts(),
 	}
+	n.foldMu.Lock()
+	st.RxIgnored, st.Interrupts = n.rxIgnored.Load(), n.interrupts.Load()
+	if !s.folded {
+		st.RxIgnored += s.rxIgnored.Load()
+		st.Interrupts += s.h.Interrupts()
+	}
+	n.foldMu.Unlock()
 	if st.Violations == nil {
 		st.Violations = map[string]uint64{}
 	}
@@ -495,8 +506,11 @@ func (s *session) halt(reason error, failed bool) error {
 	for _, q := range s.queues {
 		q.freeAll()
 	}
+	s.nic.foldMu.Lock()
 	s.nic.interrupts.Add(s.h.Interrupts())
 	s.nic.rxIgnored.Add(s.rxIgnored.Load())
+	s.folded = true
+	s.nic.foldMu.Unlock()
 	err := s.h.Close()
 	for _, q := range s.queues {
 		q.release()

@@ -196,6 +196,14 @@ func TestOpenReflectRoundTrip(t *testing.T) {
 	if !errors.Is(n.Err(), netvsc.ErrClosed) {
 		t.Errorf("after Close: %v", n.Err())
 	}
+	// The closed session's interrupts are folded into the NIC's once:
+	// not lost, not counted twice.
+	if st.Interrupts == 0 {
+		t.Fatal("no interrupts counted over 5000 round trips")
+	}
+	if after := n.Stats().Interrupts; after < st.Interrupts || after >= 2*st.Interrupts {
+		t.Errorf("interrupts %d before Close, %d after", st.Interrupts, after)
+	}
 	if q := n.Queues()[0]; q.RxBurst(make([]*netvsc.Packet, 1)) != 0 {
 		t.Errorf("burst after close")
 	}
