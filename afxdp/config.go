@@ -103,6 +103,24 @@ const (
 	xdpPacketHeadroom = 256
 )
 
+// Validate reports a setting Open would refuse, without touching any
+// netdev: a caller can check a configuration before it needs it.
+func (c Config) Validate() error {
+	if c.Attach > AttachGeneric {
+		return fmt.Errorf("afxdp: unknown attach mode %d", c.Attach)
+	}
+	if c.Bind > BindCopy {
+		return fmt.Errorf("afxdp: unknown bind mode %d", c.Bind)
+	}
+	for _, q := range c.Queues {
+		if q < 0 {
+			return fmt.Errorf("afxdp: queue id %d is negative", q)
+		}
+	}
+	_, err := c.withDefaults()
+	return err
+}
+
 // withDefaults fills in zero fields and checks the rest.
 func (c Config) withDefaults() (Config, error) {
 	if c.FrameSize == 0 {

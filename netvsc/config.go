@@ -227,6 +227,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("netvsc: %s %d is negative", v.what, v.n)
 		}
 	}
+	if c.VF < VFOff || c.VF > VFRequired {
+		return fmt.Errorf("netvsc: unknown VF mode %d", c.VF)
+	}
+	if c.VFTimeout < 0 {
+		return fmt.Errorf("netvsc: VF timeout %v is negative", c.VFTimeout)
+	}
+	if c.VF != VFOff {
+		if err := c.VFXDP.Validate(); err != nil {
+			return fmt.Errorf("netvsc: VF: %w", err)
+		}
+	}
 	_, err := c.withDefaults()
 	return err
 }

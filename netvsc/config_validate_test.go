@@ -3,6 +3,9 @@ package netvsc
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vmbusd/vmbusd/afxdp"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -21,6 +24,14 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown mode", Config{Mode: Interrupt + 1}, "unknown mode(3)"},
 		{"negative pool", Config{PoolPackets: -1}, "packet buffers -1"},
 		{"short RSS key", Config{RSSKey: make([]byte, 39)}, "RSS key of 39 bytes"},
+		{"VF auto with defaults", Config{VF: VFAuto}, ""},
+		{"unknown VF mode", Config{VF: VFRequired + 1}, "unknown VF mode 3"},
+		{"negative VF timeout", Config{VF: VFRequired, VFTimeout: -time.Second}, "VF timeout -1s"},
+		{"VF frame size", Config{VF: VFAuto, VFXDP: afxdp.Config{FrameSize: 3000}}, "VF: afxdp: frame size 3000"},
+		{"VF ring size", Config{VF: VFAuto, VFXDP: afxdp.Config{RingSize: 100}}, "ring size 100"},
+		{"VF queue id", Config{VF: VFAuto, VFXDP: afxdp.Config{Queues: []int{0, -1}}}, "queue id -1"},
+		{"VF bind mode", Config{VF: VFAuto, VFXDP: afxdp.Config{Bind: afxdp.BindCopy + 1}}, "unknown bind mode"},
+		{"VF settings unused when off", Config{VFXDP: afxdp.Config{FrameSize: 3000}}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
