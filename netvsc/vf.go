@@ -194,7 +194,10 @@ type VFStatus struct {
 	Synthetic, VF PathStats
 	// Time spent on each path since the NIC was opened.
 	TimeSynthetic, TimeVF time.Duration
-	// Switches counts path changes; Reasons counts them by reason.
+	// Switches counts path changes; Reasons counts them by reason, at
+	// the moment the path changes (before a detach's drain ends), plus
+	// the switches to the VF the host refused (ReasonSwitchRejected),
+	// which change no path.
 	Switches uint64
 	Reasons  map[string]uint64
 	// Events are the latest switches, oldest first (at most 64).

@@ -236,11 +236,14 @@ func (m *vfManager) triggerLocked(reason string, at time.Time, err string) {
 	for _, q := range m.att.queues {
 		q.vf.txOn.Store(false)
 	}
-	m.setPathLocked(PathSynthetic, now)
+	m.setPathLocked(PathSynthetic, now, m.trig.reason)
 }
 
-// setPathLocked accounts the time on the path being left.
-func (m *vfManager) setPathLocked(p Path, at time.Time) {
+// setPathLocked accounts the time on the path being left, and counts the
+// change with its reason at the same moment, so that a status taken while
+// the VF is being detached (which takes a drain) shows the switch and its
+// reason together.
+func (m *vfManager) setPathLocked(p Path, at time.Time, reason string) {
 	if m.path == p {
 		return
 	}
@@ -252,6 +255,7 @@ func (m *vfManager) setPathLocked(p Path, at time.Time) {
 	}
 	m.path, m.since = p, at
 	m.switches++
+	m.reasons[reason]++
 	m.notifyLocked()
 }
 
@@ -281,7 +285,11 @@ func (m *vfManager) addEventLocked(e VFEvent) {
 		m.events = m.events[:vfMaxEvents-1]
 	}
 	m.events = append(m.events, e)
-	m.reasons[e.Reason]++
+	if e.Reason == ReasonSwitchRejected {
+		// Not a path change: the host refused the switch, so
+		// setPathLocked never counted it.
+		m.reasons[e.Reason]++
+	}
 	m.notifyLocked()
 }
 
@@ -517,7 +525,7 @@ func (m *vfManager) attachVF(s *session, serial uint32) error {
 		for _, q := range att.queues {
 			q.vf.txOn.Store(true)
 		}
-		m.setPathLocked(PathVF, now)
+		m.setPathLocked(PathVF, now, ReasonVFReady)
 		m.state = VFStateActive
 		m.lastErr = ""
 		m.addEventLocked(VFEvent{To: PathVF, Reason: ReasonVFReady, Observed: att.at, Switched: now, Done: now, IfName: dev.name})
