@@ -1,6 +1,10 @@
 # shellcheck shell=bash
 # vmbus-lib.sh: shared by the vmbusd bring-up scripts (sourced, not run).
 #
+# VMBUSD names the vmbusd binary that vmbus-bind, vmbus-unbind and
+# vmbus-check hand their work to ("none": their bash fallback; see
+# find_vmbusd).
+#
 # Everything lives under a root directory standing for "/":
 #   VMBUSD_ROOT       the sysfs/proc root (default /); a simulated host's tree works
 #   VMBUSD_STATE_DIR  binding records (default $VMBUSD_ROOT/run/vmbusd = /run/vmbusd)
