@@ -1,6 +1,10 @@
 # shellcheck shell=bash
 # vmbus-lib.sh: shared by the vmbusd bring-up scripts (sourced, not run).
 #
+# VMBUSD names the vmbusd binary that vmbus-bind, vmbus-unbind and
+# vmbus-check hand their work to ("none": their bash fallback; see
+# find_vmbusd).
+#
 # Everything lives under a root directory standing for "/":
 #   VMBUSD_ROOT       the sysfs/proc root (default /); a simulated host's tree works
 #   VMBUSD_STATE_DIR  binding records (default $VMBUSD_ROOT/run/vmbusd = /run/vmbusd)
@@ -27,6 +31,56 @@ die() {
 }
 warn() { printf '%s: warning: %s\n' "$PROG" "$*" >&2; }
 say() { printf '%s\n' "$*"; }
+
+# --- handing the work to vmbusd ----------------------------------------------
+#
+# Bring-up has one implementation, internal/bind behind `vmbusd bind`,
+# `unbind` and `check`. vmbus-bind, vmbus-unbind and vmbus-check hand their
+# work to that binary when one is found; their own bash steps are the
+# fallback for a system without it (a rescue shell, an image built without
+# Go, before the package is installed).
+
+# find_vmbusd: sets VMBUSD_BIN to the vmbusd binary to run, "" for the bash
+# fallback: $VMBUSD (a path or a command name; "none" forces the fallback),
+# else vmbusd on $PATH, else a vmbusd beside the script.
+find_vmbusd() {
+	VMBUSD_BIN=
+	local want=${VMBUSD:-} found dir
+	case $want in
+	none) return 0 ;;
+	"")
+		if found=$(command -v vmbusd); then
+			VMBUSD_BIN=$found
+			return 0
+		fi
+		dir=$(dirname -- "$(readlink -f -- "$0")")
+		if [[ -f $dir/vmbusd && -x $dir/vmbusd ]]; then
+			VMBUSD_BIN=$dir/vmbusd
+		fi
+		;;
+	*)
+		found=$(command -v -- "$want") || found=
+		if [[ -z $found || ! -f $found || ! -x $found ]]; then
+			printf '%s: VMBUSD=%s: no such executable (VMBUSD=none runs the bash fallback)\n' "$PROG" "$want" >&2
+			exit 2
+		fi
+		VMBUSD_BIN=$found
+		;;
+	esac
+}
+
+# hand_over COMMAND ARGS...: replace this script with `vmbusd COMMAND --root
+# ROOT [--state-dir DIR] ARGS...`; its exit status (3 busy among them) is
+# the script's.
+hand_over() {
+	local cmd=$1
+	shift
+	local args=(--root "${ROOT:-/}")
+	if [[ $cmd != check && -n ${VMBUSD_STATE_DIR:-} ]]; then
+		args+=(--state-dir "$VMBUSD_STATE_DIR")
+	fi
+	exec "$VMBUSD_BIN" "$cmd" "${args[@]}" "$@"
+}
 
 # is_real_root: true when working on the running system (netlink, /proc/PID,
 # modprobe and udev mean something).
