@@ -728,16 +728,23 @@ func iperfBench(hns, gns, srv string, conns int, d time.Duration) (tcpResult, er
 		server.Process.Kill()
 		server.Wait()
 	}()
+	// iperf3 reads -t as whole seconds (atoi), and 0 means "run until
+	// killed": a -dur under a second must not become an endless test.
+	secs := max(1, int(d.Round(time.Second)/time.Second))
 	for _, rev := range []bool{false, true} {
 		args := []string{"netns", "exec", gns, "iperf3", "-c", srv, "-p", port, "-J",
-			"-t", strconv.FormatFloat(d.Seconds(), 'f', 1, 64), "-P", strconv.Itoa(conns), "--connect-timeout", "5000"}
+			"-t", strconv.Itoa(secs), "-P", strconv.Itoa(conns), "--connect-timeout", "5000"}
 		if rev {
 			args = append(args, "-R")
 		}
 		var out []byte
 		var err error
 		for deadline := time.Now().Add(15 * time.Second); ; { // until the server listens
-			out, err = exec.Command("ip", args...).Output()
+			// Bounded all the same: a stalled client is a failed
+			// measurement, not a hung harness.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+30*time.Second)
+			out, err = exec.CommandContext(ctx, "ip", args...).Output()
+			cancel()
 			if (err == nil && !bytes.Contains(out, []byte("unable to connect"))) || time.Now().After(deadline) {
 				break
 			}
