@@ -160,7 +160,7 @@ func Open(ctx context.Context, dev vmbus.Device, cfg Config) (*NIC, error) {
 	if cfg.VF < VFOff || cfg.VF > VFRequired {
 		return nil, fmt.Errorf("netvsc: VF mode %d", int(cfg.VF))
 	}
-	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("nic", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{},
+	n := &NIC{dev: dev, cfg: cfg, log: cfg.Logger.With("instance", dev.Instance.String()), linkCh: make(chan struct{}), events: map[string]uint64{},
 		opened: time.Now()}
 	if cfg.VF != VFOff {
 		n.vf = newVFManager(n, cfg)

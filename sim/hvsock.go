@@ -187,7 +187,7 @@ func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) {
 	if cfg.Backlog <= 0 {
 		cfg.Backlog = DefaultHvSockBacklog
 	}
-	hv := &HvSock{host: h, cfg: cfg, log: h.log.With("sim", "hvsock"),
+	hv := &HvSock{host: h, cfg: cfg, log: h.log.With("service", "hvsock"),
 		pending:   make(chan struct{}, cfg.MaxPendingConnects),
 		listeners: map[uint32]*HvSockListener{}, tlConns: map[*net.UnixConn]struct{}{}}
 	hv.ctx, hv.cancel = context.WithCancel(h.ctx)

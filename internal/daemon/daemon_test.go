@@ -149,13 +149,17 @@ func (r *rig) startWith(t *testing.T, cfg config.Config) {
 	t.Helper()
 	logs := &logBuffer{}
 	r.logs = logs
+	// Every line is also written as JSON, and no line may repeat a key
+	// (a logger's With and its call naming one attribute twice).
+	jsonLogs := &logBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", logs.String())
 		}
 	})
 	d, err := daemon.New(daemon.Options{Config: cfg, Notify: r.notes.add, RescanInterval: r.rescan, GPAPool: r.gpaPool,
-		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger: slog.New(slog.NewMultiHandler(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}),
+			slog.NewJSONHandler(jsonLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 		ProbeInterval: r.probeInterval, ProbeTimeout: cmp.Or(r.probeTimeout, r.probeInterval/2)})
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +172,7 @@ func (r *rig) startWith(t *testing.T, cfg config.Config) {
 	t.Cleanup(func() {
 		cancel()
 		<-r.done
+		checkLogKeys(t, strings.NewReader(jsonLogs.String()))
 	})
 	if r.noWaitReady {
 		return

@@ -30,7 +30,8 @@ type fwdRunner struct {
 func newFwdRunner(d *Daemon, cfg config.HvSock) *fwdRunner {
 	name := cfg.Name()
 	f := &fwdRunner{d: d, cfg: cfg, name: name, log: d.log.With("forward", name), done: make(chan struct{})}
-	f.fwd = &forward.Forwarder{Name: name, Logger: f.log, DialTimeout: 10 * time.Second, MaxConnections: cfg.MaxConnections}
+	f.fwd = &forward.Forwarder{Name: name, Logger: d.log, // it adds forward=name itself
+		DialTimeout: 10 * time.Second, MaxConnections: cfg.MaxConnections}
 	return f
 }
 
