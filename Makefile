@@ -8,12 +8,17 @@ TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools)))
 OUT      ?= $(abspath out)
 FUZZTIME ?= 10s
 
-.PHONY: all build vet test unit fuzz interop dpdk-guest bench bench-smoke afxdp-bench clean
+.PHONY: all build vet test unit fuzz interop dpdk-guest bench bench-smoke afxdp-bench clean \
+	install uninstall package
 
 all: build
 
+# The version `vmbusd --version` reports and the package carries.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS  ?= -X github.com/vmbusd/vmbusd/internal/buildinfo.version=$(VERSION)
+
 build:
-	$(GO) build -o $(OUT)/vmbusd ./cmd/vmbusd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(OUT)/vmbusd ./cmd/vmbusd
 	$(GO) build -o $(OUT)/ringbench ./cmd/ringbench
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -76,3 +81,99 @@ afxdp-bench:
 
 clean:
 	rm -rf $(OUT)
+
+# --- install and package (docs/install.md) ---------------------------------
+# DESTDIR is put in front of every path, so a staging tree gets the final
+# layout. The configuration stays in /etc/vmbusd whatever PREFIX is, because
+# that is where the unit and `vmbusd run` look; only an example is
+# installed there, never vmbusd.toml itself.
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+LIBEXECDIR     ?= $(PREFIX)/lib/vmbusd
+DATADIR        ?= $(PREFIX)/share
+DOCDIR         ?= $(DATADIR)/doc/vmbusd
+MANDIR         ?= $(DATADIR)/man
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+MODULESLOADDIR ?= $(PREFIX)/lib/modules-load.d
+BASHCOMPDIR    ?= $(DATADIR)/bash-completion/completions
+# Debian's zsh reads vendor-completions under /usr, site-functions elsewhere.
+ZSHCOMPDIR     ?= $(DATADIR)/zsh/$(if $(filter /usr,$(PREFIX)),vendor-completions,site-functions)
+FISHCOMPDIR    ?= $(DATADIR)/fish/vendor_completions.d
+# The binary install copies (built here first), and the subcommand that
+# writes its man pages into a directory, when it has one.
+BIN            ?= $(OUT)/vmbusd
+MANGEN         ?= man
+INSTALL        ?= install
+
+# What the repository's unit names; install rewrites both for BINDIR and DOCDIR.
+UNIT_BIN := /usr/local/bin/vmbusd
+UNIT_DOC := /usr/local/share/doc/vmbusd
+SCRIPTS  := $(filter-out scripts/vmbus-lib.sh,$(wildcard scripts/vmbus-*))
+DOCS     := README.md LICENSE $(wildcard docs/*.md)
+
+install:
+	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(BIN) ./cmd/vmbusd
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) \
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(MODULESLOADDIR) \
+		$(DESTDIR)$(DOCDIR)/protocol $(DESTDIR)$(DATADIR)/vmbusd/grafana \
+		$(DESTDIR)$(DATADIR)/vmbusd/prometheus $(DESTDIR)$(SYSCONFDIR)/vmbusd
+	$(INSTALL) -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/vmbusd
+	@# The scripts find vmbus-lib.sh beside themselves through the link.
+	$(INSTALL) -m 0755 $(SCRIPTS) $(DESTDIR)$(LIBEXECDIR)/
+	$(INSTALL) -m 0644 scripts/vmbus-lib.sh $(DESTDIR)$(LIBEXECDIR)/
+	for s in $(notdir $(SCRIPTS)); do \
+		ln -sfr $(DESTDIR)$(LIBEXECDIR)/$$s $(DESTDIR)$(BINDIR)/$$s || exit 1; \
+	done
+	sed -e 's|$(UNIT_BIN)|$(BINDIR)/vmbusd|g' -e 's|$(UNIT_DOC)|$(DOCDIR)|g' \
+		contrib/systemd/vmbusd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/vmbusd.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/vmbusd.service
+	$(INSTALL) -m 0644 contrib/systemd/vmbusd-modules.conf $(DESTDIR)$(MODULESLOADDIR)/vmbusd.conf
+	$(INSTALL) -m 0644 contrib/vmbusd.toml $(DESTDIR)$(SYSCONFDIR)/vmbusd/vmbusd.toml.example
+	$(INSTALL) -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 0644 docs/protocol/*.md $(DESTDIR)$(DOCDIR)/protocol/
+	$(INSTALL) -m 0644 contrib/systemd/README.md $(DESTDIR)$(DOCDIR)/systemd.md
+	$(INSTALL) -m 0644 scripts/README.md $(DESTDIR)$(DOCDIR)/scripts.md
+	$(INSTALL) -m 0644 contrib/README.md $(DESTDIR)$(DATADIR)/vmbusd/README.md
+	$(INSTALL) -m 0644 contrib/grafana/*.json $(DESTDIR)$(DATADIR)/vmbusd/grafana/
+	$(INSTALL) -m 0644 contrib/prometheus/*.yml $(DESTDIR)$(DATADIR)/vmbusd/prometheus/
+	@if $(BIN) completion bash >/dev/null 2>&1; then \
+		set -e; \
+		$(INSTALL) -d -m 0755 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR); \
+		$(BIN) completion bash > $(DESTDIR)$(BASHCOMPDIR)/vmbusd; \
+		$(BIN) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_vmbusd; \
+		$(BIN) completion fish > $(DESTDIR)$(FISHCOMPDIR)/vmbusd.fish; \
+		chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/vmbusd $(DESTDIR)$(ZSHCOMPDIR)/_vmbusd $(DESTDIR)$(FISHCOMPDIR)/vmbusd.fish; \
+		echo "installed bash, zsh and fish completion"; \
+	else \
+		echo "no shell completion installed: $(BIN) has no 'completion' command"; \
+	fi
+	@if $(BIN) $(MANGEN) --help >/dev/null 2>&1; then \
+		set -e; \
+		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		$(BIN) $(MANGEN) "$$tmp"; \
+		n=0; for page in "$$tmp"/*.[1-8]; do \
+			[ -f "$$page" ] || continue; \
+			sec=$${page##*.}; \
+			$(INSTALL) -d -m 0755 $(DESTDIR)$(MANDIR)/man$$sec; \
+			$(INSTALL) -m 0644 "$$page" $(DESTDIR)$(MANDIR)/man$$sec/; \
+			n=$$((n+1)); \
+		done; \
+		echo "installed $$n man pages"; \
+	else \
+		echo "no man pages installed: $(BIN) has no '$(MANGEN)' command"; \
+	fi
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/vmbusd $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(SCRIPTS)))
+	rm -rf $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/vmbusd
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/vmbusd.service $(DESTDIR)$(MODULESLOADDIR)/vmbusd.conf
+	rm -f $(DESTDIR)$(SYSCONFDIR)/vmbusd/vmbusd.toml.example
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/vmbusd $(DESTDIR)$(ZSHCOMPDIR)/_vmbusd $(DESTDIR)$(FISHCOMPDIR)/vmbusd.fish
+	rm -f $(DESTDIR)$(MANDIR)/man[1-8]/vmbusd.[1-8] $(DESTDIR)$(MANDIR)/man[1-8]/vmbusd-*.[1-8]
+	@echo "kept $(SYSCONFDIR)/vmbusd (your configuration) and $(OUT)"
+
+# A Debian package from `make install DESTDIR=... PREFIX=/usr`, written to
+# $(OUT) (packaging/build-deb).
+package:
+	MAKE='$(MAKE)' GO='$(GO)' VERSION='$(VERSION)' packaging/build-deb $(OUT)
