@@ -112,8 +112,13 @@ UNIT_DOC := /usr/local/share/doc/vmbusd
 SCRIPTS  := $(filter-out scripts/vmbus-lib.sh,$(wildcard scripts/vmbus-*))
 DOCS     := README.md LICENSE $(wildcard docs/*.md)
 
+# NOBUILD=1: install the BIN that is there (built before, or elsewhere).
 install:
+ifeq ($(NOBUILD),)
 	$(GO) build -ldflags '$(LDFLAGS) $(EXTRA_LDFLAGS)' -o $(BIN) ./cmd/vmbusd
+else
+	@test -x $(BIN) || { echo "NOBUILD=1 but $(BIN) is not an executable"; exit 1; }
+endif
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) \
 		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(MODULESLOADDIR) \
 		$(DESTDIR)$(DOCDIR)/protocol $(DESTDIR)$(DATADIR)/vmbusd/grafana \
