@@ -153,12 +153,10 @@ endif
 	else \
 		echo "no shell completion installed: $(BIN) has no 'completion' command"; \
 	fi
-	@if $(BIN) $(MANGEN) --help >/dev/null 2>&1; then \
-		set -e; \
-		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-		$(BIN) $(MANGEN) "$$tmp"; \
-		n=0; for page in "$$tmp"/*.[1-8]; do \
-			[ -f "$$page" ] || continue; \
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	if $(BIN) $(MANGEN) "$$tmp" >/dev/null 2>&1 && ls "$$tmp"/*.[1-8] >/dev/null 2>&1; then \
+		set -e; n=0; \
+		for page in "$$tmp"/*.[1-8]; do \
 			sec=$${page##*.}; \
 			$(INSTALL) -d -m 0755 $(DESTDIR)$(MANDIR)/man$$sec; \
 			$(INSTALL) -m 0644 "$$page" $(DESTDIR)$(MANDIR)/man$$sec/; \
@@ -166,7 +164,7 @@ endif
 		done; \
 		echo "installed $$n man pages"; \
 	else \
-		echo "no man pages installed: $(BIN) has no '$(MANGEN)' command"; \
+		echo "no man pages installed: '$(BIN) $(MANGEN) DIR' wrote none"; \
 	fi
 
 uninstall:

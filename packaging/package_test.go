@@ -246,8 +246,14 @@ func checkLayout(t *testing.T, root, prefix, unitDir string) {
 		t.Errorf("vmbusd completion bash: %v; bash completion installed: %v", err, bashErr == nil)
 	}
 	pages, _ := filepath.Glob(root + prefix + "/share/man/man[1-8]/vmbusd*")
-	if err := exec.Command(bin, "man", "--help").Run(); (err == nil) != (len(pages) > 0) {
-		t.Errorf("vmbusd man --help: %v; man pages installed: %d", err, len(pages))
+	dir := t.TempDir()
+	err = exec.Command(bin, "man", dir).Run()
+	written, _ := filepath.Glob(dir + "/*.[1-8]")
+	if err != nil {
+		written = nil
+	}
+	if len(pages) != len(written) {
+		t.Errorf("vmbusd man DIR wrote %d pages (%v); %d installed", len(written), err, len(pages))
 	}
 }
 
@@ -458,5 +464,63 @@ func verifyUnit(t *testing.T, root string) {
 	defer os.Remove(root + "/lib/systemd/system/vmbusd-broken.service")
 	if out, err := verify("vmbusd-broken.service"); err == nil && out == "" {
 		t.Errorf("systemd-analyze verify passed a unit whose ExecStart= names no program")
+	}
+}
+
+// TestInstallGeneratedFiles runs make install with a binary that has the
+// completion and man commands (a shell stand-in for the CLI's generators,
+// whose output is not what is checked here) and checks where install puts
+// what they write, and that uninstall removes it.
+func TestInstallGeneratedFiles(t *testing.T) {
+	need(t, "make", "sh")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "vmbusd")
+	script := `#!/bin/sh
+case $1 in
+completion) echo "# $2 completion" ;;
+man) echo .TH VMBUSD 8 >"$2/vmbusd.8" && echo .TH VMBUSD-BIND 8 >"$2/vmbusd-bind.8" ;;
+esac
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		prefix string
+		want   map[string]string // path: first line
+	}{
+		{"/usr", map[string]string{
+			"/usr/share/bash-completion/completions/vmbusd":    "# bash completion",
+			"/usr/share/zsh/vendor-completions/_vmbusd":        "# zsh completion",
+			"/usr/share/fish/vendor_completions.d/vmbusd.fish": "# fish completion",
+			"/usr/share/man/man8/vmbusd.8":                     ".TH VMBUSD 8",
+			"/usr/share/man/man8/vmbusd-bind.8":                ".TH VMBUSD-BIND 8",
+		}},
+		{"/usr/local", map[string]string{
+			"/usr/local/share/bash-completion/completions/vmbusd":    "# bash completion",
+			"/usr/local/share/zsh/site-functions/_vmbusd":            "# zsh completion",
+			"/usr/local/share/fish/vendor_completions.d/vmbusd.fish": "# fish completion",
+			"/usr/local/share/man/man8/vmbusd-bind.8":                ".TH VMBUSD-BIND 8",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.TrimPrefix(tt.prefix, "/"), func(t *testing.T) {
+			dest := t.TempDir()
+			vars := []string{"PREFIX=" + tt.prefix, "BIN=" + bin, "NOBUILD=1", "OUT=" + dir, "DESTDIR=" + dest}
+			runMake(t, nil, append(vars, "install")...)
+			for path, first := range tt.want {
+				b, err := os.ReadFile(dest + path)
+				if err != nil {
+					t.Errorf("not installed: %v", err)
+					continue
+				}
+				if got, _, _ := strings.Cut(string(b), "\n"); got != first {
+					t.Errorf("%s starts %q, want %q", path, got, first)
+				}
+			}
+			runMake(t, nil, append(vars, "uninstall")...)
+			if left := tree(t, dest); len(left) != 0 {
+				t.Errorf("make uninstall left %q", left)
+			}
+		})
 	}
 }
