@@ -110,7 +110,6 @@ INSTALL        ?= install
 UNIT_BIN := /usr/local/bin/vmbusd
 UNIT_DOC := /usr/local/share/doc/vmbusd
 SCRIPTS  := $(filter-out scripts/vmbus-lib.sh,$(wildcard scripts/vmbus-*))
-DOCS     := README.md LICENSE $(wildcard docs/*.md)
 
 # NOBUILD=1: install the BIN that is there (built before, or elsewhere).
 install:
@@ -121,7 +120,8 @@ else
 endif
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) \
 		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(MODULESLOADDIR) \
-		$(DESTDIR)$(DOCDIR)/protocol $(DESTDIR)$(DATADIR)/vmbusd/grafana \
+		$(DESTDIR)$(DOCDIR)/docs/protocol $(DESTDIR)$(DOCDIR)/contrib/systemd \
+		$(DESTDIR)$(DOCDIR)/scripts $(DESTDIR)$(DATADIR)/vmbusd/grafana \
 		$(DESTDIR)$(DATADIR)/vmbusd/prometheus $(DESTDIR)$(SYSCONFDIR)/vmbusd
 	$(INSTALL) -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/vmbusd
 	@# The scripts find vmbus-lib.sh beside themselves through the link.
@@ -135,11 +135,13 @@ endif
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/vmbusd.service
 	$(INSTALL) -m 0644 contrib/systemd/vmbusd-modules.conf $(DESTDIR)$(MODULESLOADDIR)/vmbusd.conf
 	$(INSTALL) -m 0644 contrib/vmbusd.toml $(DESTDIR)$(SYSCONFDIR)/vmbusd/vmbusd.toml.example
-	$(INSTALL) -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
-	$(INSTALL) -m 0644 docs/protocol/*.md $(DESTDIR)$(DOCDIR)/protocol/
-	$(INSTALL) -m 0644 contrib/systemd/README.md $(DESTDIR)$(DOCDIR)/systemd.md
-	$(INSTALL) -m 0644 scripts/README.md $(DESTDIR)$(DOCDIR)/scripts.md
-	$(INSTALL) -m 0644 contrib/README.md $(DESTDIR)$(DATADIR)/vmbusd/README.md
+	@# The docs keep the repository's layout, so their links still work.
+	$(INSTALL) -m 0644 README.md LICENSE $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	$(INSTALL) -m 0644 docs/protocol/*.md $(DESTDIR)$(DOCDIR)/docs/protocol/
+	$(INSTALL) -m 0644 contrib/README.md $(DESTDIR)$(DOCDIR)/contrib/
+	$(INSTALL) -m 0644 contrib/systemd/README.md $(DESTDIR)$(DOCDIR)/contrib/systemd/
+	$(INSTALL) -m 0644 scripts/README.md $(DESTDIR)$(DOCDIR)/scripts/
 	$(INSTALL) -m 0644 contrib/grafana/*.json $(DESTDIR)$(DATADIR)/vmbusd/grafana/
 	$(INSTALL) -m 0644 contrib/prometheus/*.yml $(DESTDIR)$(DATADIR)/vmbusd/prometheus/
 	@if $(BIN) completion bash >/dev/null 2>&1; then \

@@ -194,9 +194,10 @@ func checkLayout(t *testing.T, root, prefix, unitDir string) {
 		unitDir + "/vmbusd.service",
 		"/etc/vmbusd/vmbusd.toml.example",
 		prefix + "/share/doc/vmbusd/README.md",
-		prefix + "/share/doc/vmbusd/install.md",
-		prefix + "/share/doc/vmbusd/systemd.md",
-		prefix + "/share/doc/vmbusd/protocol/netvsc.md",
+		prefix + "/share/doc/vmbusd/docs/install.md",
+		prefix + "/share/doc/vmbusd/docs/protocol/netvsc.md",
+		prefix + "/share/doc/vmbusd/contrib/systemd/README.md",
+		prefix + "/share/doc/vmbusd/scripts/README.md",
 		prefix + "/share/vmbusd/grafana/vmbusd-dashboard.json",
 		prefix + "/share/vmbusd/prometheus/vmbusd-alerts.yml",
 	}
