@@ -525,3 +525,40 @@ esac
 		})
 	}
 }
+
+// TestDebianVersion checks how build-deb turns git describe output into a
+// Debian version, and, with dpkg, that the results sort as the commits do.
+func TestDebianVersion(t *testing.T) {
+	need(t, "bash")
+	tests := []struct{ describe, want string }{
+		{"v1.2.3", "1.2.3"},
+		{"v1.2.3-4-gabcdef0", "1.2.3+4+gabcdef0"},
+		{"v1.2.3-4-gabcdef0-dirty", "1.2.3+4+gabcdef0+dirty"},
+		{"1.0", "1.0"},
+		// No tag yet: a commit, which git may abbreviate to all digits.
+		{"8400123", "0~git8400123"},
+		{"abcdef0-dirty", "0~gitabcdef0+dirty"},
+	}
+	build := filepath.Join(repoRoot(t), "packaging", "build-deb")
+	var got []string
+	for _, tt := range tests {
+		out, err := exec.Command(build, "--deb-version", tt.describe).Output()
+		if err != nil {
+			t.Fatalf("build-deb --deb-version %s: %v", tt.describe, err)
+		}
+		v := strings.TrimSpace(string(out))
+		if v != tt.want {
+			t.Errorf("%s: Debian version %q, want %q", tt.describe, v, tt.want)
+		}
+		got = append(got, v)
+	}
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		return
+	}
+	// Each pair is (earlier, later).
+	for _, pair := range [][2]string{{got[0], got[1]}, {got[4], got[0]}, {got[5], got[3]}} {
+		if err := exec.Command("dpkg", "--compare-versions", pair[0], "lt", pair[1]).Run(); err != nil {
+			t.Errorf("dpkg does not sort %s before %s", pair[0], pair[1])
+		}
+	}
+}
