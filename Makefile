@@ -110,6 +110,10 @@ INSTALL        ?= install
 UNIT_BIN := /usr/local/bin/vmbusd
 UNIT_DOC := /usr/local/share/doc/vmbusd
 SCRIPTS  := $(filter-out scripts/vmbus-lib.sh,$(wildcard scripts/vmbus-*))
+# Installed under DOCDIR with these paths, so the links between them work.
+DOCFILES := README.md LICENSE $(wildcard docs/*.md docs/protocol/*.md) \
+	contrib/README.md contrib/systemd/README.md scripts/README.md
+ASSETS   := $(wildcard contrib/grafana/*.json contrib/prometheus/*.yml)
 
 # NOBUILD=1: install the BIN that is there (built before, or elsewhere).
 install:
@@ -120,9 +124,7 @@ else
 endif
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) \
 		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(MODULESLOADDIR) \
-		$(DESTDIR)$(DOCDIR)/docs/protocol $(DESTDIR)$(DOCDIR)/contrib/systemd \
-		$(DESTDIR)$(DOCDIR)/scripts $(DESTDIR)$(DATADIR)/vmbusd/grafana \
-		$(DESTDIR)$(DATADIR)/vmbusd/prometheus $(DESTDIR)$(SYSCONFDIR)/vmbusd
+		$(DESTDIR)$(SYSCONFDIR)/vmbusd
 	$(INSTALL) -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/vmbusd
 	@# The scripts find vmbus-lib.sh beside themselves through the link.
 	$(INSTALL) -m 0755 $(SCRIPTS) $(DESTDIR)$(LIBEXECDIR)/
@@ -135,15 +137,16 @@ endif
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/vmbusd.service
 	$(INSTALL) -m 0644 contrib/systemd/vmbusd-modules.conf $(DESTDIR)$(MODULESLOADDIR)/vmbusd.conf
 	$(INSTALL) -m 0644 contrib/vmbusd.toml $(DESTDIR)$(SYSCONFDIR)/vmbusd/vmbusd.toml.example
-	@# The docs keep the repository's layout, so their links still work.
-	$(INSTALL) -m 0644 README.md LICENSE $(DESTDIR)$(DOCDIR)/
-	$(INSTALL) -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
-	$(INSTALL) -m 0644 docs/protocol/*.md $(DESTDIR)$(DOCDIR)/docs/protocol/
-	$(INSTALL) -m 0644 contrib/README.md $(DESTDIR)$(DOCDIR)/contrib/
-	$(INSTALL) -m 0644 contrib/systemd/README.md $(DESTDIR)$(DOCDIR)/contrib/systemd/
-	$(INSTALL) -m 0644 scripts/README.md $(DESTDIR)$(DOCDIR)/scripts/
-	$(INSTALL) -m 0644 contrib/grafana/*.json $(DESTDIR)$(DATADIR)/vmbusd/grafana/
-	$(INSTALL) -m 0644 contrib/prometheus/*.yml $(DESTDIR)$(DATADIR)/vmbusd/prometheus/
+	@# Directories 0755 whatever the umask: the docs are for everyone.
+	for f in $(DOCFILES); do \
+		$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/$$(dirname $$f) && \
+		$(INSTALL) -m 0644 $$f $(DESTDIR)$(DOCDIR)/$$f || exit 1; \
+	done
+	for f in $(ASSETS); do \
+		g=$${f#contrib/}; \
+		$(INSTALL) -d -m 0755 $(DESTDIR)$(DATADIR)/vmbusd/$$(dirname $$g) && \
+		$(INSTALL) -m 0644 $$f $(DESTDIR)$(DATADIR)/vmbusd/$$g || exit 1; \
+	done
 	@if $(BIN) completion bash >/dev/null 2>&1; then \
 		set -e; \
 		$(INSTALL) -d -m 0755 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR); \
@@ -169,14 +172,20 @@ endif
 		echo "no man pages installed: '$(BIN) $(MANGEN) DIR' wrote none"; \
 	fi
 
+# Removes exactly what install wrote (then the directories it made, when
+# empty), so a DOCDIR or LIBEXECDIR shared with others is safe.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/vmbusd $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(SCRIPTS)))
-	rm -rf $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/vmbusd
+	rm -f $(addprefix $(DESTDIR)$(LIBEXECDIR)/,$(notdir $(SCRIPTS)) vmbus-lib.sh)
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOCFILES))
+	rm -f $(addprefix $(DESTDIR)$(DATADIR)/vmbusd/,$(patsubst contrib/%,%,$(ASSETS)))
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/vmbusd.service $(DESTDIR)$(MODULESLOADDIR)/vmbusd.conf
 	rm -f $(DESTDIR)$(SYSCONFDIR)/vmbusd/vmbusd.toml.example
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/vmbusd $(DESTDIR)$(ZSHCOMPDIR)/_vmbusd $(DESTDIR)$(FISHCOMPDIR)/vmbusd.fish
 	rm -f $(DESTDIR)$(MANDIR)/man[1-8]/vmbusd.[1-8] $(DESTDIR)$(MANDIR)/man[1-8]/vmbusd-*.[1-8]
-	@echo "kept $(SYSCONFDIR)/vmbusd (your configuration) and $(OUT)"
+	-rmdir $(DESTDIR)$(LIBEXECDIR) $(addprefix $(DESTDIR)$(DOCDIR)/,docs/protocol docs contrib/systemd contrib scripts) \
+		$(DESTDIR)$(DOCDIR) $(addprefix $(DESTDIR)$(DATADIR)/vmbusd/,grafana prometheus) $(DESTDIR)$(DATADIR)/vmbusd 2>/dev/null
+	@echo "kept $(SYSCONFDIR)/vmbusd (your configuration)"
 
 # A Debian package from `make install DESTDIR=... PREFIX=/usr`, written to
 # $(OUT) (packaging/build-deb).
