@@ -1,0 +1,20 @@
+// Command netbench measures vmbusd's user-space netvsc data path against
+// the simulated host running in a separate process (so the guest's CPU is
+// its own): packet rates and CPU per million packets each way, the CPU of
+// an idle attached port per wait mode, the send-buffer size sweep under
+// bursty load, the TAP attachment against a plain veth pair between the
+// same two network namespaces, and a transmit-only load like DPDK testpmd's
+// txonly mode (txonly, which can drive a host started by `vmbusd sim
+// --port sink`, so DPDK's guest and vmbusd's meet the same host).
+//
+//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|all ...
+//
+// tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
+// sockets in this process), a 1-byte TCP request/response and ping(8),
+// with the TAP offloads on (-offloads=false for plain TAPs) and optionally
+// a GPA pool (-gpa); -v prints every layer's drop counters, -hold leaves
+// both paths up for other tools, -cpuprofile/-hostprofile and
+// -trace/-hosttrace profile the guest and the host.
+//
+// It re-executes itself as the host ("netbench host ...").
+package main
