@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/internal/jsonshape"
 )
 
 // These tests drive the vmbusd binary end to end against a simulated host
@@ -204,13 +206,16 @@ func (d *daemonProc) status(t *testing.T) daemon.Status {
 	return st
 }
 
-func listDevices(t *testing.T, root string) []DeviceRow {
+func listDevices(t *testing.T, root string) []daemon.Device {
 	t.Helper()
-	var devs []DeviceRow
-	if err := json.Unmarshal([]byte(mustVmbusd(t, "devices", "--root", root, "--json")), &devs); err != nil {
+	var doc daemon.Devices
+	if err := json.Unmarshal([]byte(mustVmbusd(t, "devices", "--root", root, "--json")), &doc); err != nil {
 		t.Fatal(err)
 	}
-	return devs
+	if doc.SchemaVersion != daemon.SchemaVersion {
+		t.Fatalf("devices --json: schema_version %d", doc.SchemaVersion)
+	}
+	return doc.Devices
 }
 
 func waitUntil(t *testing.T, what string, timeout time.Duration, ok func() bool) {
@@ -272,6 +277,19 @@ func TestCLIEndToEnd(t *testing.T) {
 	})
 	if out := mustVmbusd(t, "stats", "--control", d.control); !strings.Contains(out, "RX PKTS") {
 		t.Fatalf("stats table:\n%s", out)
+	}
+	// --json: the documents of docs/control-api.md, every key present.
+	for _, doc := range []struct {
+		args []string
+		t    reflect.Type
+	}{
+		{[]string{"status", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Status]()},
+		{[]string{"stats", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Stats]()},
+		{[]string{"devices", "--root", root, "--control", d.control, "--json"}, reflect.TypeFor[daemon.Devices]()},
+	} {
+		if err := jsonshape.Check([]byte(mustVmbusd(t, doc.args...)), doc.t); err != nil {
+			t.Errorf("vmbusd %s: %v", strings.Join(doc.args, " "), err)
+		}
 	}
 	// capture, read back by tshark.
 	capFile := filepath.Join(root, "cap.pcapng")

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -121,8 +122,8 @@ func runStats(ctx context.Context, args []string, out io.Writer) error {
 				q.Channel.TxSignals+q.Channel.RxSignals, q.Channel.Wakeups, q.Channel.MissedWakeups, q.PollSeconds, q.SleepSeconds)
 		}
 		tw.Flush()
-		for check, v := range n.Violations {
-			if v > 0 {
+		for _, check := range slices.Sorted(maps.Keys(n.Violations)) {
+			if v := n.Violations[check]; v > 0 {
 				fmt.Fprintf(out, "  protocol violations %s: %d\n", check, v)
 			}
 		}
@@ -234,6 +235,7 @@ func runCapture(ctx context.Context, args []string, out io.Writer) error {
 
 func printJSON(out io.Writer, v any) error {
 	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }

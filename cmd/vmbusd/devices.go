@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,24 +20,6 @@ import (
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
-// DeviceRow is one line of `vmbusd devices`.
-type DeviceRow struct {
-	Instance  string `json:"instance"`
-	Class     string `json:"class"`
-	ClassName string `json:"class_name"`
-	Driver    string `json:"driver"`
-	UIO       string `json:"uio,omitempty"`
-	Channels  int    `json:"channels"`
-	Monitored bool   `json:"monitored"`
-	Interface string `json:"interface,omitempty"`
-	MAC       string `json:"mac,omitempty"`
-	// NIC is the name the running daemon drives the device under, and VF
-	// its accelerated-networking VF and data path (both from the daemon,
-	// over its control socket; absent without one).
-	NIC string           `json:"nic,omitempty"`
-	VF  *daemon.VFStatus `json:"vf,omitempty"`
-}
-
 func runDevices(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet("devices", "devices [--root DIR] [--json] [--control PATH]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
@@ -55,9 +36,11 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 	// path); a system without a daemon lists the devices all the same.
 	byInstance := map[string]daemon.NICStatus{}
 	var st daemon.Status
+	doc := daemon.Devices{SchemaVersion: daemon.SchemaVersion, Root: *root, Devices: []daemon.Device{}}
 	if _, serr := os.Stat(*sock); serr == nil {
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if getJSON(qctx, *sock, "/v1/status", &st) == nil {
+			doc.Daemon = true
 			for _, n := range st.NICs {
 				if n.Instance != "" {
 					byInstance[n.Instance] = n
@@ -66,9 +49,8 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 		}
 		cancel()
 	}
-	rows := []DeviceRow{}
 	for _, d := range devs {
-		r := DeviceRow{Instance: d.Instance.String(), Class: d.Class.String(), ClassName: d.ClassName(),
+		r := daemon.Device{Instance: d.Instance.String(), Class: d.Class.String(), ClassName: d.ClassName(),
 			Driver: d.Driver, UIO: d.UIO, Channels: len(d.Channels), Monitored: d.MonitorID >= 0}
 		if ents, err := os.ReadDir(filepath.Join(d.Path, "net")); err == nil && len(ents) > 0 {
 			r.Interface = ents[0].Name()
@@ -84,12 +66,11 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 			vf := n.VF
 			r.VF = &vf
 		}
-		rows = append(rows, r)
+		doc.Devices = append(doc.Devices, r)
 	}
+	rows := doc.Devices
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return printJSON(out, doc)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(out, "no VMBus devices under %s (not a Hyper-V guest? try --root with a simulated host)\n", filepath.Join(*root, "sys/bus/vmbus/devices"))
