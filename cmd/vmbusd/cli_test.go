@@ -291,21 +291,8 @@ func TestCLIEndToEnd(t *testing.T) {
 			t.Errorf("vmbusd %s: %v", strings.Join(doc.args, " "), err)
 		}
 	}
-	// capture, read back by tshark.
-	capFile := filepath.Join(root, "cap.pcapng")
-	mustVmbusd(t, "capture", "--control", d.control, "-i", "eth1", "-c", "20", "-w", capFile)
-	if tshark, err := exec.LookPath("tshark"); err == nil {
-		out, err := exec.Command(tshark, "-r", capFile, "-T", "fields", "-e", "frame.p2p_dir", "-e", "udp.dstport").Output()
-		if err != nil {
-			t.Fatalf("tshark: %v", err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(lines) != 20 || !strings.HasPrefix(lines[0], "1\t9") {
-			t.Fatalf("tshark read %d frames:\n%s", len(lines), out)
-		}
-	} else {
-		t.Log("tshark not installed: capture not read back")
-	}
+	// capture, read back by tshark: filters, directions, the summary.
+	checkCapture(t, d, root, ns)
 	// metrics: a live scrape passes promtool's lint.
 	resp, err := http.Get("http://" + d.metrics + "/metrics")
 	if err != nil {
@@ -397,7 +384,11 @@ func TestCLIRejectsBadInput(t *testing.T) {
 		{[]string{"run", "--config", filepath.Join(dir, "missing.toml")}, 1, "no such file"},
 		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
 		{[]string{"devices", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"capture", "--control", filepath.Join(dir, "x.sock")}, 2, "-i DEVICE is required"},
+		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "udp", "and", "prot", "53"}, 2, `filter "udp and prot 53"`},
+		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-q", "1"}, 2, "a queue is --queue N"},
+		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-Q", "sideways"}, 2, `-Q: direction "sideways"`},
+		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "--queue", "-2"}, 2, "--queue -2"},
+		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-i", "eth1"}, 1, "no vmbusd running"},
 		{[]string{"status", "--control", filepath.Join(dir, "x.sock")}, 1, "no vmbusd running"},
 		{[]string{"bind", "--root", dir, "eth9"}, 1, "eth9"},
 		{[]string{"bind", "--root", dir}, 2, "want exactly one device"},

@@ -36,7 +36,7 @@ func commands() []command {
 		{"check", "check the system: vmbus, uio_hv_generic, kernel, devices, management NIC, hugepages", runCheck},
 		{"status", "show the running daemon's devices and forwards (over its control socket)", runStatus},
 		{"stats", "show the running daemon's counters per device and queue", runStats},
-		{"capture", "capture a NIC's frames as pcapng (both directions, queue and direction recorded)", runCapture},
+		{"capture", "capture a NIC's frames as pcapng, like tcpdump: filter expression, -Q direction, -c, -s, -w", runCapture},
 		{"sim", "run a simulated Hyper-V host (sysfs tree + uio devices) for other processes", runSim},
 		{"ringdemo", "a guest and the simulated host echoing packets on one VMBus channel, with live figures", runRingDemo},
 	}

@@ -201,8 +201,8 @@ const CaptureHeaderDevice = "Vmbusd-Capture-Device"
 // and queue per packet, until the client goes away or count frames were
 // written. Query (docs/control-api.md): device, queue, direction, filter,
 // snaplen, count. The stream carries an interface statistics block with
-// the frames seen, accepted by the filter and dropped, whenever the drops
-// change and at the end.
+// the frames seen, accepted by the filter and dropped, whenever they
+// changed (checked every 100 ms) and at the end.
 func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	r := d.findNIC(q.Get("device"))
@@ -287,7 +287,7 @@ func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	written, pending := 0, false
-	var lastDropped uint64
+	var last pcapng.Stats
 	defer func() {
 		r.log.Info("capture ended", "frames", written, "dropped", sub.dropped.Load())
 	}()
@@ -308,9 +308,11 @@ func (d *Daemon) serveCapture(w http.ResponseWriter, req *http.Request) {
 			written++
 			pending = true
 		case <-tick.C:
-			if n := sub.dropped.Load(); n != lastDropped {
-				lastDropped = n
-				if pw.WriteStats(iface, time.Now(), sub.stats()) != nil {
+			// The counters as of now, whenever they changed: a client
+			// that stops the capture has them at most a tick old.
+			if st := sub.stats(); st != last {
+				last = st
+				if pw.WriteStats(iface, time.Now(), st) != nil {
 					return
 				}
 				pending = true

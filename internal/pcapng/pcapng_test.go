@@ -3,6 +3,7 @@ package pcapng
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,4 +164,101 @@ func TestCapinfosReadsTheStats(t *testing.T) {
 	if strings.Contains(string(out), "ifdrop") && !strings.Contains(string(out), "ifdrop = 2") {
 		t.Fatalf("capinfos shows the wrong ifdrop:\n%s", out)
 	}
+}
+
+// TestReaderRoundTrip reads back what Writer wrote.
+func TestReaderRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, "vmbusd test")
+	id, _ := w.AddInterface("eth1", "desc", 128)
+	frames := [][]byte{{1, 2, 3}, bytes.Repeat([]byte{7}, 61), {}}
+	for i, f := range frames {
+		w.WritePacket(id, time.Unix(5, int64(i)), Direction(1+i%2), i, f, len(f)+i)
+	}
+	w.WriteStats(id, time.Unix(9, 0), Stats{Received: 7, Accepted: 3, Dropped: 1})
+	r := NewReader(&buf)
+	var got []Packet
+	var st Stats
+	for {
+		b, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch b.Type {
+		case BlockInterface:
+			if name, err := b.InterfaceName(); err != nil || name != "eth1" {
+				t.Fatalf("if_name %q, %v", name, err)
+			}
+		case BlockEnhancedPacket:
+			p, err := b.Packet()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Data = bytes.Clone(p.Data)
+			got = append(got, p)
+		case BlockInterfaceStats:
+			if _, st, err = b.Stats(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(got) != len(frames) || st != (Stats{Received: 7, Accepted: 3, Dropped: 1}) {
+		t.Fatalf("read %d packets, stats %+v", len(got), st)
+	}
+	for i, p := range got {
+		if !bytes.Equal(p.Data, frames[i]) || p.OrigLen != len(frames[i])+i || p.Queue != i ||
+			p.Dir != Direction(1+i%2) || !p.Time.Equal(time.Unix(5, int64(i))) {
+			t.Errorf("packet %d: %+v", i, p)
+		}
+	}
+}
+
+func TestReaderRejectsBadStreams(t *testing.T) {
+	var good bytes.Buffer
+	w, _ := NewWriter(&good, "x")
+	w.AddInterface("eth1", "", 0)
+	g := good.Bytes()
+	bad := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(g)) }
+	for name, stream := range map[string][]byte{
+		"big-endian section": bad(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 0x1A2B3C4D); return b }),
+		"trailing length":    bad(func(b []byte) []byte { b[len(b)-1] = 9; return b }),
+		"odd length":         bad(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[4:], 30); return b }),
+		"huge length":        bad(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[4:], 1<<30); return b }),
+		"cut short":          g[:len(g)-3],
+	} {
+		r := NewReader(bytes.NewReader(stream))
+		var err error
+		for err == nil {
+			_, err = r.Next()
+		}
+		if err == io.EOF {
+			t.Errorf("%s: read to the end without an error", name)
+		}
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, "vmbusd fuzz")
+	id, _ := w.AddInterface("eth1", "", 0)
+	w.WritePacket(id, time.Unix(1, 0), DirIn, 1, []byte{1, 2, 3, 4, 5}, 9)
+	w.WriteStats(id, time.Unix(2, 0), Stats{Received: 1})
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewReader(bytes.NewReader(data))
+		for range 64 {
+			b, err := r.Next()
+			if err != nil {
+				return
+			}
+			if p, err := b.Packet(); err == nil && len(p.Data) > len(b.Raw) {
+				t.Fatalf("packet data %d bytes from a %d-byte block", len(p.Data), len(b.Raw))
+			}
+			b.Stats()
+			b.InterfaceName()
+		}
+	})
 }
