@@ -29,13 +29,24 @@ import (
 
 var vmbusdBin string
 
+// vmbusdRevision is the revision stamped into vmbusdBin ("" if git could
+// not say).
+var vmbusdRevision string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "vmbusd-cli-")
 	if err != nil {
 		panic(err)
 	}
 	vmbusdBin = filepath.Join(dir, "vmbusd")
-	if out, err := exec.Command("go", "build", "-o", vmbusdBin, ".").CombinedOutput(); err != nil {
+	// The revision is stamped as a packager would (the toolchain's own
+	// VCS stamping may be off, as with GOFLAGS=-buildvcs=false).
+	build := []string{"build", "-o", vmbusdBin}
+	if rev, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		vmbusdRevision = strings.TrimSpace(string(rev))
+		build = append(build, "-ldflags", "-X github.com/vmbusd/vmbusd/internal/buildinfo.revision="+vmbusdRevision)
+	}
+	if out, err := exec.Command("go", append(build, ".")...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build vmbusd: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -383,7 +394,9 @@ func TestCLIRejectsBadInput(t *testing.T) {
 		{[]string{"run", "--config", bad}, 2, "bad.toml:3: nic[0].mode: \"turbo\""},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.toml")}, 1, "no such file"},
 		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
-		{[]string{"devices", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"devices", "--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"bind", "eth9", "--root", dir}, 1, `"eth9"`}, // GNU order: the flag after the device
+		{[]string{}, 2, "a command is required"},
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "udp", "and", "prot", "53"}, 2, `filter "udp and prot 53"`},
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-q", "1"}, 2, "a queue is --queue N"},
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-Q", "sideways"}, 2, `-Q: direction "sideways"`},
@@ -403,12 +416,35 @@ func TestCLIRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	// --help teaches, and exits 0.
-	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"capture", "--help"}} {
-		out, errs, code := vmbusd(t, args...)
-		if code != 0 || len(out+errs) < 100 {
-			t.Fatalf("%v: exit %d, output %q", args, code, out+errs)
+	// --help teaches, on stdout, and exits 0; so do version and completion.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--help"}, "Exit codes:"},
+		{[]string{"help", "bind"}, "Usage: vmbusd bind"},
+		{[]string{"bind", "--help"}, "--state-dir"},
+		{[]string{"unbind", "-h"}, "Usage: vmbusd unbind"},
+		{[]string{"run", "--help"}, "--check-config"},
+		{[]string{"capture", "--help"}, "-Q, --direction"},
+		{[]string{"status", "--help"}, "3  busy"},
+		{[]string{"--version"}, "vmbusd "},
+		{[]string{"completion", "bash"}, "__start_vmbusd"},
+		{[]string{"completion", "zsh"}, "#compdef vmbusd"},
+		{[]string{"completion", "fish"}, "complete -c vmbusd"},
+		{[]string{"__complete", "capture", "--qu"}, "--queue"},
+		{[]string{"__complete", "bind", "--ro"}, "--root"},
+		{[]string{"__complete", "st"}, "stats"},
+	} {
+		out, errs, code := vmbusd(t, tc.args...)
+		// (__complete, the shells' hook, notes its directive on stderr.)
+		if code != 0 || !strings.Contains(out, tc.want) || (errs != "" && tc.args[0] != "__complete") {
+			t.Errorf("vmbusd %s: exit %d, stdout %.300q, stderr %q; want exit 0 and %q on stdout", strings.Join(tc.args, " "), code, out, errs, tc.want)
 		}
+	}
+	// --version names the source revision the binary was built from.
+	if out, _, _ := vmbusd(t, "--version"); vmbusdRevision != "" && !strings.Contains(out, "revision "+vmbusdRevision+"\n") {
+		t.Errorf("--version does not give revision %s:\n%s", vmbusdRevision, out)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/control"
 	"github.com/vmbusd/vmbusd/internal/daemon"
@@ -23,7 +24,7 @@ import (
 )
 
 // controlFlag adds --control with the default the daemon uses.
-func controlFlag(fs *flag.FlagSet) *string {
+func controlFlag(fs *pflag.FlagSet) *string {
 	def := os.Getenv("VMBUSD_CONTROL")
 	if def == "" {
 		def = config.DefaultControlSocket
@@ -43,7 +44,7 @@ func getJSON(ctx context.Context, sock, path string, v any) error {
 }
 
 func runStatus(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("status", "status [--control PATH] [--json]")
+	fs := newFlagSet(out, "status", "status [--control PATH] [--json]")
 	sock := controlFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -95,7 +96,7 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runStats(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stats", "stats [--control PATH] [--json] [--ethtool]")
+	fs := newFlagSet(out, "stats", "stats [--control PATH] [--json] [--ethtool]")
 	sock := controlFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	ethtool := fs.Bool("ethtool", false, "print the counters under Linux hv_netvsc's ethtool -S names")
@@ -195,15 +196,16 @@ func printPaths(out io.Writer, v daemon.VFStatus) {
 }
 
 func runCapture(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("capture", "capture [-i DEVICE] [-Q in|out|inout] [--queue N] [-c COUNT] [-s SNAPLEN] [-w FILE|-] [filter expression...]")
+	fs := newFlagSet(out, "capture", "capture [-i DEVICE] [-Q in|out|inout] [--queue N] [-c COUNT] [-s SNAPLEN] [-w FILE|-] [filter expression...]")
 	sock := controlFlag(fs)
-	dev := fs.String("i", "", "the NIC: its configured device, instance GUID, TAP name or index (default: the first NIC)")
-	file := fs.String("w", "-", "write pcapng to FILE, or - for standard output, which must not be a terminal (pipe it: `| tshark -r -`, `| wireshark -k -i -`)")
-	dir := fs.String("Q", "inout", "direction: in (from the host), out (to the host) or inout")
+	dev := fs.StringP("interface", "i", "", "the NIC: its configured device, instance GUID, TAP name or index (default: the first NIC)")
+	file := fs.StringP("write", "w", "-", "write pcapng to FILE, or - for standard output, which must not be a terminal (pipe it: '| tshark -r -', '| wireshark -k -i -')")
+	dir := fs.StringP("direction", "Q", "inout", "direction: in (from the host), out (to the host) or inout")
 	queue := fs.Int("queue", -1, "capture only this queue (-1: all)")
-	quiet := fs.Bool("q", false, "not a queue flag: the queue is --queue N")
-	snaplen := fs.Int("s", 0, "bytes kept per frame (0: whole frames)")
-	count := fs.Int("c", 0, "stop after this many frames (0: until interrupted)")
+	quiet := fs.BoolP("quiet", "q", false, "not a queue flag: the queue is --queue N")
+	fs.MarkHidden("quiet")
+	snaplen := fs.IntP("snapshot-length", "s", 0, "bytes kept per frame (0: whole frames)")
+	count := fs.IntP("count", "c", 0, "stop after this many frames (0: until interrupted)")
 	words, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -321,24 +323,14 @@ func copyCapture(w io.Writer, stream io.Reader, listening func(name string)) (ca
 // parseInterleaved parses flags wherever they are among the arguments,
 // as GNU getopt does (tcpdump -i eth1 udp -c 5), and returns the other
 // words in order; everything after "--" is a word.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var words []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+func parseInterleaved(fs *pflag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, err
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return words, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(words, rest...), nil
-		}
-		words, args = append(words, rest[0]), rest[1:]
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	return fs.Args(), nil
 }
 
 func queueName(q int) string {

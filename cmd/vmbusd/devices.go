@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
@@ -21,7 +22,7 @@ import (
 )
 
 func runDevices(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("devices", "devices [--root DIR] [--json] [--control PATH]")
+	fs := newFlagSet(out, "devices", "devices [--root DIR] [--json] [--control PATH]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	sock := controlFlag(fs)
@@ -115,7 +116,7 @@ func runUnbind(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func bindCommand(ctx context.Context, name string, args []string, out io.Writer) error {
-	fs := newFlagSet(name, name+" [--force] [--root DIR] DEVICE|IFACE")
+	fs := newFlagSet(out, name, name+" [--force] [--root DIR] DEVICE|IFACE")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	force := fs.Bool("force", false, "bind even the interface carrying the default route or this SSH session (you may lose the connection); unbind even a device a process holds open. Never a device a live daemon drives")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
@@ -200,7 +201,7 @@ func claimDevice(root, state, command, dev string) (release func(), err error) {
 const ownerWait = 30 * time.Second
 
 func runRestore(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("restore", "restore [--force] [--root DIR] [--state-dir DIR]")
+	fs := newFlagSet(out, "restore", "restore [--force] [--root DIR] [--state-dir DIR]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
 	force := fs.Bool("force", false, "give back even devices whose uio node a process holds open; never while the daemon that owns them lives")
@@ -241,7 +242,7 @@ func runRestore(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runCheck(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("check", "check [--root DIR]")
+	fs := newFlagSet(out, "check", "check [--root DIR]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -257,7 +258,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func usageErr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", errUsage, err)
