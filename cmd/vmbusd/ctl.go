@@ -324,7 +324,7 @@ func copyCapture(w io.Writer, stream io.Reader, listening func(name string)) (ca
 // as GNU getopt does (tcpdump -i eth1 udp -c 5), and returns the other
 // words in order; everything after "--" is a word.
 func parseInterleaved(fs *pflag.FlagSet, args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil, err
 		}

@@ -121,7 +121,7 @@ func bindCommand(ctx context.Context, name string, args []string, out io.Writer)
 	force := fs.Bool("force", false, "bind even the interface carrying the default route or this SSH session (you may lose the connection); unbind even a device a process holds open. Never a device a live daemon drives")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
 	mkLog := logFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() != 1 {

@@ -210,13 +210,27 @@ func newFlagSet(out io.Writer, name, synopsis string) *pflag.FlagSet {
 		// A backquoted word in a usage would become the value's
 		// placeholder: quote it plainly instead.
 		fs.VisitAll(func(f *pflag.Flag) { f.Usage = strings.ReplaceAll(f.Usage, "`", "'") })
-		fmt.Fprintf(out, "Usage: vmbusd %s\n\nFlags:\n%s  -h, --help   show this help\n\n%s", synopsis, fs.FlagUsages(), exitCodesHelp)
+		fmt.Fprintf(out, "Usage: vmbusd %s\n\nFlags:\n%s\n%s", synopsis, fs.FlagUsages(), exitCodesHelp)
 	}
 	return fs
 }
 
-func parseFlags(fs *pflag.FlagSet, args []string) error {
+// parseArgs parses args into fs, which newFlagSet made. --help (listed
+// last among the flags) prints the usage and returns pflag.ErrHelp.
+func parseArgs(fs *pflag.FlagSet, args []string) error {
+	help := fs.BoolP("help", "h", false, "show this help")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *help {
+		fs.Usage()
+		return pflag.ErrHelp
+	}
+	return nil
+}
+
+func parseFlags(fs *pflag.FlagSet, args []string) error {
+	if err := parseArgs(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
