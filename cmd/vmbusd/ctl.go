@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -13,13 +14,17 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/control"
 	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/internal/pcapfilter"
+	"github.com/vmbusd/vmbusd/internal/pcapng"
 )
 
 // controlFlag adds --control with the default the daemon uses.
-func controlFlag(fs *flag.FlagSet) *string {
+func controlFlag(fs *pflag.FlagSet) *string {
 	def := os.Getenv("VMBUSD_CONTROL")
 	if def == "" {
 		def = config.DefaultControlSocket
@@ -39,7 +44,7 @@ func getJSON(ctx context.Context, sock, path string, v any) error {
 }
 
 func runStatus(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("status", "status [--control PATH] [--json]")
+	fs := newFlagSet(out, "status", "status [--control PATH] [--json]")
 	sock := controlFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -91,7 +96,7 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runStats(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stats", "stats [--control PATH] [--json] [--ethtool]")
+	fs := newFlagSet(out, "stats", "stats [--control PATH] [--json] [--ethtool]")
 	sock := controlFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	ethtool := fs.Bool("ethtool", false, "print the counters under Linux hv_netvsc's ethtool -S names")
@@ -121,8 +126,8 @@ func runStats(ctx context.Context, args []string, out io.Writer) error {
 				q.Channel.TxSignals+q.Channel.RxSignals, q.Channel.Wakeups, q.Channel.MissedWakeups, q.PollSeconds, q.SleepSeconds)
 		}
 		tw.Flush()
-		for check, v := range n.Violations {
-			if v > 0 {
+		for _, check := range slices.Sorted(maps.Keys(n.Violations)) {
+			if v := n.Violations[check]; v > 0 {
 				fmt.Fprintf(out, "  protocol violations %s: %d\n", check, v)
 			}
 		}
@@ -191,23 +196,51 @@ func printPaths(out io.Writer, v daemon.VFStatus) {
 }
 
 func runCapture(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("capture", "capture -i DEVICE [-w FILE|-] [-q QUEUE] [-s SNAPLEN] [-c COUNT]")
+	fs := newFlagSet(out, "capture", "capture [-i DEVICE] [-Q in|out|inout] [--queue N] [-c COUNT] [-s SNAPLEN] [-w FILE|-] [filter expression...]")
 	sock := controlFlag(fs)
-	dev := fs.String("i", "", "the NIC: its configured device, instance GUID, TAP name or index (required)")
-	file := fs.String("w", "-", "write pcapng to FILE, or - for standard output (pipe into `tshark -r -` or `wireshark -k -i -`)")
-	queue := fs.Int("q", -1, "capture only this queue (-1: all)")
-	snaplen := fs.Int("s", 0, "bytes kept per frame (0: whole frames)")
-	count := fs.Int("c", 0, "stop after this many frames (0: until interrupted)")
-	if err := parseFlags(fs, args); err != nil {
+	dev := fs.StringP("interface", "i", "", "the NIC: its configured device, instance GUID, TAP name or index (default: the first NIC)")
+	file := fs.StringP("write", "w", "-", "write pcapng to FILE, or - for standard output, which must not be a terminal (pipe it: '| tshark -r -', '| wireshark -k -i -')")
+	dir := fs.StringP("direction", "Q", "inout", "direction: in (from the host), out (to the host) or inout")
+	queue := fs.Int("queue", -1, "capture only this queue (-1: all)")
+	quiet := fs.BoolP("quiet", "q", false, "not a queue flag: the queue is --queue N")
+	fs.MarkHidden("quiet")
+	snaplen := fs.IntP("snapshot-length", "s", 0, "bytes kept per frame (0: whole frames)")
+	count := fs.IntP("count", "c", 0, "stop after this many frames (0: until interrupted)")
+	words, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	if *dev == "" {
-		return fmt.Errorf("%w: -i DEVICE is required (see `vmbusd status`)", errUsage)
+	switch {
+	case *quiet:
+		return fmt.Errorf("%w: -q is tcpdump's quiet flag, which vmbusd capture does not have; a queue is --queue N", errUsage)
+	case *queue < -1:
+		return fmt.Errorf("%w: --queue %d: want a queue number, or -1 for every queue", errUsage, *queue)
+	case *snaplen < 0 || *count < 0:
+		return fmt.Errorf("%w: -s and -c must not be negative", errUsage)
 	}
-	if *queue < -1 || *snaplen < 0 || *count < 0 {
-		return fmt.Errorf("%w: -q, -s and -c must not be negative", errUsage)
+	direction, err := daemon.ParseDirection(*dir)
+	if err != nil {
+		return fmt.Errorf("%w: -Q: %v", errUsage, err)
 	}
-	q := url.Values{"device": {*dev}, "queue": {fmt.Sprint(*queue)}, "snaplen": {fmt.Sprint(*snaplen)}, "count": {fmt.Sprint(*count)}}
+	// The filter is compiled here too, so that a typo is reported before
+	// anything starts (the daemon compiles it again for its data path).
+	expr := strings.Join(words, " ")
+	if expr != "" {
+		if _, err := pcapfilter.New(expr, pcapfilter.LinkEthernet, *snaplen); err != nil {
+			return fmt.Errorf("%w: filter %q: %v", errUsage, expr, err)
+		}
+	}
+	if *file == "-" && isTerminal(out) {
+		return fmt.Errorf("%w: refusing to write binary pcapng to a terminal: give -w FILE, or pipe it (vmbusd capture ... | tshark -r -)", errUsage)
+	}
+	q := url.Values{"queue": {fmt.Sprint(*queue)}, "direction": {direction.String()}, "snaplen": {fmt.Sprint(*snaplen)},
+		"count": {fmt.Sprint(*count)}}
+	if *dev != "" {
+		q.Set("device", *dev)
+	}
+	if expr != "" {
+		q.Set("filter", expr)
+	}
 	body, err := control.NewClient(*sock).Get(ctx, "/v1/capture?"+q.Encode())
 	if err != nil {
 		return err
@@ -222,18 +255,101 @@ func runCapture(ctx context.Context, args []string, out io.Writer) error {
 		defer f.Close()
 		w = f
 	}
-	n, err := io.Copy(w, body)
+	sum, err := copyCapture(w, body, func(name string) {
+		fmt.Fprintf(os.Stderr, "vmbusd capture: listening on %s, direction %s, %s, snapshot length %s\n", name, direction,
+			queueName(*queue), snapName(*snaplen))
+	})
 	if ctx.Err() != nil {
 		err = nil // interrupted by the user: the capture is complete up to here
 	}
-	if *file != "-" {
-		fmt.Fprintf(os.Stderr, "wrote %d bytes of pcapng to %s\n", n, *file)
+	// As tcpdump ends: what was written, what the filter passed and what
+	// could not be kept.
+	fmt.Fprintf(os.Stderr, "%d packets captured, %d received by filter, %d dropped\n", sum.captured,
+		max(sum.stats.Accepted, sum.captured), sum.stats.Dropped)
+	if err != nil {
+		return fmt.Errorf("the capture stream broke off: %w", err)
 	}
-	return err
+	return nil
+}
+
+// captureSummary is what a capture stream said.
+type captureSummary struct {
+	captured uint64       // packets written
+	stats    pcapng.Stats // the stream's last statistics
+}
+
+// copyCapture passes a capture stream to w block by block, counting the
+// packets and keeping the statistics blocks back: the daemon sends one
+// whenever its counters change, and the output gets only the last, at its
+// end (as dumpcap writes one per interface when it stops). listening is
+// called with the interface's name once its description arrives.
+func copyCapture(w io.Writer, stream io.Reader, listening func(name string)) (captureSummary, error) {
+	var sum captureSummary
+	var last []byte
+	r := pcapng.NewReader(stream)
+	for {
+		b, err := r.Next()
+		if err != nil {
+			if last != nil {
+				if _, werr := w.Write(last); werr != nil && err == io.EOF {
+					err = werr
+				}
+			}
+			if err == io.EOF {
+				err = nil
+			}
+			return sum, err
+		}
+		switch b.Type {
+		case pcapng.BlockInterfaceStats:
+			if _, st, err := b.Stats(); err == nil {
+				sum.stats = st
+				last = append(last[:0], b.Raw...)
+			}
+			continue
+		case pcapng.BlockInterface:
+			if name, err := b.InterfaceName(); err == nil {
+				listening(name)
+			}
+		case pcapng.BlockEnhancedPacket:
+			sum.captured++
+		}
+		if _, err := w.Write(b.Raw); err != nil {
+			return sum, err
+		}
+	}
+}
+
+// parseInterleaved parses flags wherever they are among the arguments,
+// as GNU getopt does (tcpdump -i eth1 udp -c 5), and returns the other
+// words in order; everything after "--" is a word.
+func parseInterleaved(fs *pflag.FlagSet, args []string) ([]string, error) {
+	if err := parseArgs(fs, args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return fs.Args(), nil
+}
+
+func queueName(q int) string {
+	if q < 0 {
+		return "every queue"
+	}
+	return fmt.Sprintf("queue %d", q)
+}
+
+func snapName(n int) string {
+	if n == 0 {
+		return "262144 bytes"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func printJSON(out io.Writer, v any) error {
 	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }

@@ -138,11 +138,11 @@ func TestDemoVFMovesTrafficBothWays(t *testing.T) {
 	if out := mustVmbusd(t, "status", "--control", sock); !strings.Contains(out, "VF STATE") || !strings.Contains(out, vf.PCI) {
 		t.Fatalf("status table without the VF:\n%s", out)
 	}
-	var devs []DeviceRow
-	if err := json.Unmarshal([]byte(mustVmbusd(t, "devices", "--root", root, "--control", sock, "--json")), &devs); err != nil {
+	var doc daemon.Devices
+	if err := json.Unmarshal([]byte(mustVmbusd(t, "devices", "--root", root, "--control", sock, "--json")), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(devs) == 0 || !hasPairedNIC(devs, vf.IfName) {
+	if devs := doc.Devices; !doc.Daemon || len(devs) == 0 || !hasPairedNIC(devs, vf.IfName) {
 		t.Fatalf("devices --json without eth1's VF: %+v", devs)
 	}
 	if out := mustVmbusd(t, "devices", "--root", root, "--control", sock); !strings.Contains(out, vf.IfName) || !strings.Contains(out, "MATCHED BY") {
@@ -184,7 +184,7 @@ func TestDemoVFMovesTrafficBothWays(t *testing.T) {
 	}
 }
 
-func hasPairedNIC(devs []DeviceRow, ifname string) bool {
+func hasPairedNIC(devs []daemon.Device, ifname string) bool {
 	for _, d := range devs {
 		if d.NIC == "eth1" && d.VF != nil && d.VF.IfName == ifname && d.VF.Path == "vf" && d.VF.Paths.VF.RxPackets > 0 {
 			return true

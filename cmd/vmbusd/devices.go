@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
@@ -21,26 +21,8 @@ import (
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
-// DeviceRow is one line of `vmbusd devices`.
-type DeviceRow struct {
-	Instance  string `json:"instance"`
-	Class     string `json:"class"`
-	ClassName string `json:"class_name"`
-	Driver    string `json:"driver"`
-	UIO       string `json:"uio,omitempty"`
-	Channels  int    `json:"channels"`
-	Monitored bool   `json:"monitored"`
-	Interface string `json:"interface,omitempty"`
-	MAC       string `json:"mac,omitempty"`
-	// NIC is the name the running daemon drives the device under, and VF
-	// its accelerated-networking VF and data path (both from the daemon,
-	// over its control socket; absent without one).
-	NIC string           `json:"nic,omitempty"`
-	VF  *daemon.VFStatus `json:"vf,omitempty"`
-}
-
 func runDevices(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("devices", "devices [--root DIR] [--json] [--control PATH]")
+	fs := newFlagSet(out, "devices", "devices [--root DIR] [--json] [--control PATH]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	sock := controlFlag(fs)
@@ -55,9 +37,11 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 	// path); a system without a daemon lists the devices all the same.
 	byInstance := map[string]daemon.NICStatus{}
 	var st daemon.Status
+	doc := daemon.Devices{SchemaVersion: daemon.SchemaVersion, Root: *root, Devices: []daemon.Device{}}
 	if _, serr := os.Stat(*sock); serr == nil {
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if getJSON(qctx, *sock, "/v1/status", &st) == nil {
+			doc.Daemon = true
 			for _, n := range st.NICs {
 				if n.Instance != "" {
 					byInstance[n.Instance] = n
@@ -66,9 +50,8 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 		}
 		cancel()
 	}
-	rows := []DeviceRow{}
 	for _, d := range devs {
-		r := DeviceRow{Instance: d.Instance.String(), Class: d.Class.String(), ClassName: d.ClassName(),
+		r := daemon.Device{Instance: d.Instance.String(), Class: d.Class.String(), ClassName: d.ClassName(),
 			Driver: d.Driver, UIO: d.UIO, Channels: len(d.Channels), Monitored: d.MonitorID >= 0}
 		if ents, err := os.ReadDir(filepath.Join(d.Path, "net")); err == nil && len(ents) > 0 {
 			r.Interface = ents[0].Name()
@@ -84,12 +67,11 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 			vf := n.VF
 			r.VF = &vf
 		}
-		rows = append(rows, r)
+		doc.Devices = append(doc.Devices, r)
 	}
+	rows := doc.Devices
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return printJSON(out, doc)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(out, "no VMBus devices under %s (not a Hyper-V guest? try --root with a simulated host)\n", filepath.Join(*root, "sys/bus/vmbus/devices"))
@@ -134,12 +116,12 @@ func runUnbind(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func bindCommand(ctx context.Context, name string, args []string, out io.Writer) error {
-	fs := newFlagSet(name, name+" [--force] [--root DIR] DEVICE|IFACE")
+	fs := newFlagSet(out, name, name+" [--force] [--root DIR] DEVICE|IFACE")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	force := fs.Bool("force", false, "bind even the interface carrying the default route or this SSH session (you may lose the connection); unbind even a device a process holds open. Never a device a live daemon drives")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
 	mkLog := logFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return usageErr(err)
 	}
 	if fs.NArg() != 1 {
@@ -219,7 +201,7 @@ func claimDevice(root, state, command, dev string) (release func(), err error) {
 const ownerWait = 30 * time.Second
 
 func runRestore(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("restore", "restore [--force] [--root DIR] [--state-dir DIR]")
+	fs := newFlagSet(out, "restore", "restore [--force] [--root DIR] [--state-dir DIR]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
 	force := fs.Bool("force", false, "give back even devices whose uio node a process holds open; never while the daemon that owns them lives")
@@ -260,7 +242,7 @@ func runRestore(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runCheck(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("check", "check [--root DIR]")
+	fs := newFlagSet(out, "check", "check [--root DIR]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -276,7 +258,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func usageErr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", errUsage, err)

@@ -4,17 +4,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/vmbusd/vmbusd/internal/buildinfo"
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/daemon"
 	"github.com/vmbusd/vmbusd/internal/owner"
@@ -36,39 +41,42 @@ func commands() []command {
 		{"check", "check the system: vmbus, uio_hv_generic, kernel, devices, management NIC, hugepages", runCheck},
 		{"status", "show the running daemon's devices and forwards (over its control socket)", runStatus},
 		{"stats", "show the running daemon's counters per device and queue", runStats},
-		{"capture", "capture a NIC's frames as pcapng (both directions, queue and direction recorded)", runCapture},
+		{"capture", "capture a NIC's frames as pcapng, like tcpdump: filter expression, -Q direction, -c, -s, -w", runCapture},
 		{"sim", "run a simulated Hyper-V host (sysfs tree + uio devices) for other processes", runSim},
 		{"ringdemo", "a guest and the simulated host echoing packets on one VMBus channel, with live figures", runRingDemo},
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `vmbusd drives Hyper-V VMBus devices from user space: it binds devices that
+// rootLong is vmbusd's description in its --help.
+const rootLong = `vmbusd drives Hyper-V VMBus devices from user space: it binds devices that
 Linux's uio_hv_generic exposes, runs the VMBus rings and signalling itself,
 and carries traffic over them. Where no Hyper-V exists it runs against its
 own simulated host, which serves the same sysfs and /dev/uioN contract.
 
-Usage:
-  vmbusd <command> [flags]
-
-Commands:
-`)
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
-	}
-	fmt.Fprint(w, `
 Every command that touches devices takes --root DIR (environment
 VMBUSD_ROOT, default "/"): the directory standing for "/", so the same
-binary runs on a real system or against a simulated host's tree.
+binary runs on a real system or against a simulated host's tree. Commands
+that talk to the daemon take --control PATH (environment VMBUSD_CONTROL).
+Flags may come before or after the other arguments.
 
-Exit codes: 0 success, 1 failure, 2 bad flags or configuration, 3 busy: the
-devices are owned by a live daemon (a second run, or restore, bind or unbind
-of a device it drives).
+` + exitCodesHelp
 
-Run 'vmbusd <command> --help' for a command's flags. Try:
-  vmbusd demo
-`)
-}
+// exitCodesHelp ends every --help.
+const exitCodesHelp = `Exit codes:
+  0  success (and --help)
+  1  a runtime failure
+  2  bad flags or arguments, or a configuration that does not validate
+  3  busy: the devices are owned by a live daemon (a second run, or restore,
+     bind or unbind of a device it drives)
+`
+
+const rootExamples = `  vmbusd demo                                     the daemon against an embedded simulated host
+  vmbusd devices                                  what is on the VMBus
+  vmbusd bind eth2                                hand a NIC to uio_hv_generic
+  vmbusd run --config /etc/vmbusd/vmbusd.toml     the daemon
+  vmbusd stats --json | jq '.nics[].totals'       its counters
+  vmbusd capture -i eth1 -Q in udp and port 53 | tshark -r -
+  source <(vmbusd completion bash)                shell completion`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -89,7 +97,7 @@ const (
 func exitCode(err error) int {
 	var ce *config.Error
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, pflag.ErrHelp):
 		return exitOK
 	case errors.Is(err, owner.ErrBusy):
 		return exitBusy
@@ -100,52 +108,130 @@ func exitCode(err error) int {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return 2
+	var ran string // the command whose own code ran (its errors are its own)
+	root := newRootCommand(stdout, stderr, &ran)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	if err == nil {
+		return exitOK
 	}
-	name := args[0]
-	if name == "-h" || name == "--help" || name == "help" {
-		usage(stdout)
-		return 0
+	if ran == "" {
+		// cobra's own: an unknown command, or no command at all.
+		fmt.Fprintf(stderr, "vmbusd: %v\nRun 'vmbusd --help' for the commands.\n", err)
+		return exitUsage
 	}
-	for _, c := range commands() {
-		if c.name != name {
-			continue
+	code := exitCode(err)
+	if code != exitOK {
+		fmt.Fprintf(stderr, "vmbusd %s: %v\n", ran, err)
+		if code == exitUsage && errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "Run 'vmbusd %s --help' for its flags.\n", ran)
 		}
-		ctx := context.Background()
-		if c.name != "run" { // run handles (and logs) its signals itself
-			var stop context.CancelFunc
-			ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
-		}
-		err := c.run(ctx, args[1:], stdout)
-		code := exitCode(err)
-		if code != 0 {
-			fmt.Fprintf(stderr, "vmbusd %s: %v\n", name, err)
-		}
-		return code
-
 	}
-	fmt.Fprintf(stderr, "vmbusd: unknown command %q\n\n", name)
-	usage(stderr)
-	return 2
+	return code
 }
 
-// newFlagSet returns a flag set whose errors and help go to stderr and
-// which reports parse errors as errUsage.
-func newFlagSet(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet("vmbusd "+name, flag.ContinueOnError)
+// newRootCommand builds the command tree. Each command parses its own
+// flags (GNU style, with pflag): cobra dispatches, and serves --help,
+// --version and shell completion from the commands' flag sets.
+func newRootCommand(stdout, stderr io.Writer, ran *string) *cobra.Command {
+	bi := buildinfo.Get()
+	root := &cobra.Command{
+		Use:     "vmbusd",
+		Short:   "a user-space driver for Hyper-V VMBus devices",
+		Long:    rootLong,
+		Example: rootExamples,
+		Version: bi.Version,
+		// The errors are printed once, by run, with the command's name.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(stderr)
+			cmd.Help()
+			return errors.New("a command is required")
+		},
+	}
+	root.SetVersionTemplate(fmt.Sprintf("vmbusd %s\nrevision %s\n%s %s\n", bi.Version, bi.Revision, bi.GoVersion, bi.Platform))
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	for _, c := range commands() {
+		cmd := &cobra.Command{
+			Use:   c.name,
+			Short: c.summary,
+			// The command parses its flags itself; cobra passes them on.
+			DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				*ran = c.name
+				ctx := cmd.Context()
+				if c.name != "run" { // run handles (and logs) its signals itself
+					var stop context.CancelFunc
+					ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+					defer stop()
+				}
+				return c.run(ctx, args, stdout)
+			},
+			ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				if !strings.HasPrefix(toComplete, "-") {
+					return nil, cobra.ShellCompDirectiveDefault
+				}
+				return flagNames(c, toComplete), cobra.ShellCompDirectiveNoFileComp
+			},
+		}
+		cmd.SetHelpFunc(func(*cobra.Command, []string) { c.run(context.Background(), []string{"--help"}, stdout) })
+		root.AddCommand(cmd)
+	}
+	return root
+}
+
+var flagLine = regexp.MustCompile(`(?m)^\s+(?:-(\w), )?(--[\w-]+)`)
+
+// flagNames lists c's flags that start with prefix, read from its --help.
+func flagNames(c command, prefix string) []cobra.Completion {
+	var help bytes.Buffer
+	c.run(context.Background(), []string{"--help"}, &help)
+	var out []cobra.Completion
+	for _, m := range flagLine.FindAllStringSubmatch(help.String(), -1) {
+		for _, name := range []string{m[2], "-" + m[1]} {
+			if name != "-" && strings.HasPrefix(name, prefix) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// newFlagSet returns a command's flag set: flags anywhere among the
+// arguments (GNU style), parse errors returned (not printed: run prints
+// them once), and --help printed on out.
+func newFlagSet(out io.Writer, name, synopsis string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("vmbusd "+name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: vmbusd %s\n\n", synopsis)
-		fs.PrintDefaults()
+		// A backquoted word in a usage would become the value's
+		// placeholder: quote it plainly instead.
+		fs.VisitAll(func(f *pflag.Flag) { f.Usage = strings.ReplaceAll(f.Usage, "`", "'") })
+		fmt.Fprintf(out, "Usage: vmbusd %s\n\nFlags:\n%s\n%s", synopsis, fs.FlagUsages(), exitCodesHelp)
 	}
 	return fs
 }
 
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseArgs parses args into fs, which newFlagSet made. --help (listed
+// last among the flags) prints the usage and returns pflag.ErrHelp.
+func parseArgs(fs *pflag.FlagSet, args []string) error {
+	help := fs.BoolP("help", "h", false, "show this help")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	if *help {
+		fs.Usage()
+		return pflag.ErrHelp
+	}
+	return nil
+}
+
+func parseFlags(fs *pflag.FlagSet, args []string) error {
+	if err := parseArgs(fs, args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -157,7 +243,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 // logFlags adds --log-level and --log-format and returns a constructor.
-func logFlags(fs *flag.FlagSet) func(w io.Writer) (*slog.Logger, error) {
+func logFlags(fs *pflag.FlagSet) func(w io.Writer) (*slog.Logger, error) {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
 	return func(w io.Writer) (*slog.Logger, error) { return newLogger(w, *level, *format) }
@@ -179,9 +265,9 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 }
 
 // flagSet reports whether the named flag was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
+func flagSet(fs *pflag.FlagSet, name string) bool {
 	found := false
-	fs.Visit(func(f *flag.Flag) {
+	fs.Visit(func(f *pflag.Flag) {
 		if f.Name == name {
 			found = true
 		}

@@ -15,7 +15,7 @@ import (
 )
 
 func runRingDemo(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("ringdemo", "ringdemo [flags]")
+	fs := newFlagSet(out, "ringdemo", "ringdemo [flags]")
 	profile := fs.String("profile", sim.DefaultProfile.String(), "simulated kernel profile: legacy, 6.10, 6.16, 6.18")
 	size := fs.Int("size", 1024, "payload bytes per packet (multiple of 8)")
 	window := fs.Int("window", 256, "packets in flight")

@@ -68,7 +68,7 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 		mu.Unlock()
 	}
 
-	fs := newFlagSet("run", "run [--config FILE] [--check-config] [flags]   |   run --sim [flags]")
+	fs := newFlagSet(out, "run", "run [--config FILE] [--check-config] [flags]   |   run --sim [flags]")
 	cfgPath := fs.String("config", "", "configuration file (TOML); default "+defaultConfigPath+" when it exists")
 	check := fs.Bool("check-config", false, "validate the configuration and check it against the system (devices, namespaces, addresses) without touching anything; exit 0 when it is good, 2 when not")
 	simMode := fs.Bool("sim", false, "run against an embedded simulated host (a NIC and an hv_sock echo service) and show live figures; the same as `vmbusd demo`")
@@ -243,7 +243,7 @@ func demoFlags(fs interface {
 }
 
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("demo", "demo [flags]")
+	fs := newFlagSet(out, "demo", "demo [flags]")
 	demo := demoFlags(fs)
 	mkLog := logFlags(fs)
 	if err := parseFlags(fs, args); err != nil {

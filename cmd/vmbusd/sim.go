@@ -16,7 +16,7 @@ import (
 )
 
 func runSim(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("sim", "sim --root DIR [flags]")
+	fs := newFlagSet(out, "sim", "sim --root DIR [flags]")
 	root := fs.String("root", os.Getenv("VMBUSD_ROOT"), "directory to build the simulated system under (keep it on tmpfs, e.g. /dev/shm/vmbusd); env VMBUSD_ROOT")
 	profile := fs.String("profile", sim.DefaultProfile.String(), "kernel profile: legacy, 6.10, 6.16, 6.18 (uio_hv_generic semantics)")
 	tests := fs.Int("test", 1, "number of test (echo) devices to offer")

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vmbusd/vmbusd/sim"
 )
@@ -41,7 +42,7 @@ type nicFlags struct {
 	ring         *string
 }
 
-func addNICFlags(fs *flag.FlagSet) *nicFlags {
+func addNICFlags(fs *pflag.FlagSet) *nicFlags {
 	return &nicFlags{
 		count: fs.Int("nic", 0, "number of synthetic NICs to offer (served by the simulated NetVSP)"),
 		driver: fs.String("nic-driver", sim.DriverUIO, "driver that has the NICs when offered: uio_hv_generic (ready for a user-space guest), "+
@@ -232,7 +233,7 @@ type vfFlags struct {
 	vfs []*sim.VF
 }
 
-func addVFFlags(fs *flag.FlagSet) vfFlags {
+func addVFFlags(fs *pflag.FlagSet) vfFlags {
 	var names []string
 	for _, s := range sim.AllVFScenarios() {
 		names = append(names, s.String())

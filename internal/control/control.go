@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -331,7 +333,15 @@ func (c *Client) Get(ctx context.Context, path string) (io.ReadCloser, error) {
 		if resp.StatusCode == http.StatusForbidden {
 			return nil, fmt.Errorf("vmbusd refused the request: only root or the daemon's user may use %s", c.path)
 		}
-		return nil, fmt.Errorf("vmbusd: %s: %s", resp.Status, string(b))
+		// The daemon answers errors with {"error": "...", ...}
+		// (docs/control-api.md); anything else is shown as it came.
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("vmbusd: %s", e.Error)
+		}
+		return nil, fmt.Errorf("vmbusd: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return resp.Body, nil
 }

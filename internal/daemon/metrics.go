@@ -5,19 +5,17 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/vmbusd/vmbusd/internal/buildinfo"
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/connlimit"
 	"github.com/vmbusd/vmbusd/internal/forward"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Metrics: one registry per daemon, the process and Go collectors, and one
@@ -37,7 +35,7 @@ func newDesc(name, help string, kind prometheus.ValueType, labels ...string) met
 var (
 	qLabels = []string{"device", "queue"}
 
-	mBuildInfo = newDesc("vmbusd_build_info", "vmbusd's version and Go version (always 1).", prometheus.GaugeValue, "version", "goversion")
+	mBuildInfo = newDesc("vmbusd_build_info", "vmbusd's version, source revision and Go version (always 1).", prometheus.GaugeValue, "version", "revision", "goversion")
 	mNICInfo   = newDesc("vmbusd_netvsc_info", "One series per configured NIC: instance, MAC, attachment (always 1).",
 		prometheus.GaugeValue, "device", "instance", "mac", "attach", "mode")
 	mNICUp       = newDesc("vmbusd_netvsc_up", "1 while the NIC carries traffic, 0 while it starts, resets or waits for the host.", prometheus.GaugeValue, "device")
@@ -47,7 +45,7 @@ var (
 	mQueues      = newDesc("vmbusd_netvsc_queues", "Queues (VMBus channels) granted by the host.", prometheus.GaugeValue, "device")
 	mResets      = newDesc("vmbusd_netvsc_resets_total", "Times the NIC was torn down and brought up again after a failure.", prometheus.CounterValue, "device")
 	mRescinds    = newDesc("vmbusd_netvsc_rescinds_total", "Times the host took the device away.", prometheus.CounterValue, "device")
-	mViolations  = newDesc("vmbusd_netvsc_protocol_violations_total", "Host protocol violations detected, by check; each resets the NIC.", prometheus.CounterValue, "device", "check")
+	mViolations  = newDesc("vmbusd_netvsc_protocol_violations_total", "Host protocol violations detected, by check (vmbus_len8, netvsc_bad_message_length, ...); each resets the NIC.", prometheus.CounterValue, "device", "check")
 	mInterrupts  = newDesc("vmbusd_vmbus_interrupts_total", "Interrupt notifications read from the device's uio fd.", prometheus.CounterValue, "device")
 	mRxPackets   = newDesc("vmbusd_netvsc_receive_packets_total", "Frames received from the host.", prometheus.CounterValue, qLabels...)
 	mRxBytes     = newDesc("vmbusd_netvsc_receive_bytes_total", "Bytes of frames received from the host.", prometheus.CounterValue, qLabels...)
@@ -129,8 +127,8 @@ func emit(ch chan<- prometheus.Metric, m metricDesc, v float64, labels ...string
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	version, gover := buildVersion()
-	emit(ch, mBuildInfo, 1, version, gover)
+	bi := buildinfo.Get()
+	emit(ch, mBuildInfo, 1, bi.Version, bi.Revision, bi.GoVersion)
 	nics, fwds := c.d.runners()
 	for _, r := range nics {
 		c.collectNIC(ch, r)
@@ -171,8 +169,8 @@ func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 	emit(ch, mResets, float64(st.Resets), dev)
 	emit(ch, mRescinds, float64(st.Rescinds), dev)
 	t := r.totals()
-	for _, check := range netvsc.AllChecks() {
-		emit(ch, mViolations, float64(t.viol[check]), dev, check)
+	for check, n := range violationCounts(t.viol) {
+		emit(ch, mViolations, float64(n), dev, check)
 	}
 	emit(ch, mInterrupts, float64(t.irq), dev)
 	emit(ch, mCtlFailures, float64(t.controlFailures), dev)
@@ -248,9 +246,8 @@ func collectForward(ch chan<- prometheus.Metric, name string, t forward.Totals) 
 	emit(ch, mHvBytes, float64(t.BytesOut), name, "out")
 	emit(ch, mHvDialFail, float64(t.DialFailed), name)
 	emit(ch, mHvRefused, float64(t.Refused), name)
-	for _, r := range []forward.Reason{forward.ReasonDone, forward.ReasonDialFailed, forward.ReasonClientError,
-		forward.ReasonUpstreamErr, forward.ReasonCanceled} {
-		emit(ch, mHvClosed, float64(t.ClosedBy[r]), name, strings.ReplaceAll(string(r), " ", "_"))
+	for _, r := range forwardReasons {
+		emit(ch, mHvClosed, float64(t.ClosedBy[r]), name, reasonKey(r))
 	}
 }
 
@@ -259,23 +256,6 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-func buildVersion() (version, goversion string) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown", "unknown"
-	}
-	version = bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			version = s.Value[:12]
-		}
-	}
-	if version == "" {
-		version = "devel"
-	}
-	return version, bi.GoVersion
 }
 
 // metricsServer is the HTTP server of /metrics, /healthz and /readyz,

@@ -60,24 +60,24 @@ const (
 type NICStatus struct {
 	Name      string    `json:"name"`
 	Device    string    `json:"device"`
-	Instance  string    `json:"instance,omitempty"`
+	Instance  string    `json:"instance"`
 	State     string    `json:"state"`
 	Since     time.Time `json:"since"`
-	Error     string    `json:"error,omitempty"`
-	MAC       string    `json:"mac,omitempty"`
-	MTU       int       `json:"mtu,omitempty"`
-	Queues    int       `json:"queues,omitempty"`
+	Error     string    `json:"error"`
+	MAC       string    `json:"mac"`
+	MTU       int       `json:"mtu"`
+	Queues    int       `json:"queues"`
 	LinkUp    bool      `json:"link_up"`
-	LinkSpeed uint64    `json:"link_speed_bps,omitempty"`
+	LinkSpeed uint64    `json:"link_speed_bps"`
 	Attach    string    `json:"attach"`
-	TAP       string    `json:"tap,omitempty"`
+	TAP       string    `json:"tap"`
 	Mode      string    `json:"mode"`
 	Resets    uint64    `json:"resets"`
 	Rescinds  uint64    `json:"rescinds"`
 	BoundByUs bool      `json:"bound_by_vmbusd"`
 	// GPAPool is the backend of the incarnation's GPA-direct pool ("sim",
 	// "hugepage"; "" without one).
-	GPAPool string `json:"gpa_pool,omitempty"`
+	GPAPool string `json:"gpa_pool"`
 	// VF is the accelerated-networking VF's pairing and the data path.
 	VF VFStatus `json:"vf"`
 }

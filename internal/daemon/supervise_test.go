@@ -14,7 +14,6 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/daemon"
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 )
 
@@ -128,7 +127,7 @@ func TestBringUpViolationIsCounted(t *testing.T) {
 	for _, n := range r.d.Stats().NICs {
 		if n.Name == "eth3" {
 			for k, v := range n.Violations {
-				if strings.HasPrefix(k, "netvsc: ") {
+				if strings.HasPrefix(k, "netvsc_") {
 					viol += v
 				}
 			}
@@ -138,7 +137,7 @@ func TestBringUpViolationIsCounted(t *testing.T) {
 		t.Fatalf("bring-up violation not counted: %+v (fault hits %d)", r.d.Stats().NICs, bad.FaultHits(sim.NICFaultRecvSections))
 	}
 	_, body := get(t, r.d.MetricsAddr(), "/metrics")
-	if !strings.Contains(body, `vmbusd_netvsc_protocol_violations_total{check="netvsc: `) {
+	if !strings.Contains(body, `vmbusd_netvsc_protocol_violations_total{check="netvsc_`) {
 		t.Fatalf("metrics lack the violation")
 	}
 }
@@ -412,7 +411,7 @@ func TestJumboFramesGoGPADirectAndArriveIntact(t *testing.T) {
 			t.Fatalf("frame %d: %d bytes, not the %d sent", i, len(f), len(frame))
 		}
 	}
-	var st netvsc.QueueStats
+	var st daemon.QueueStats
 	for _, nic := range r.d.Stats().NICs {
 		if nic.Name == "eth2" {
 			st = nic.Queues[0]

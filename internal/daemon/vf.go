@@ -26,22 +26,22 @@ type VFStatus struct {
 	State string `json:"state"`
 	// Path is where the NIC transmits now: synthetic or vf ("" while
 	// the NIC is down).
-	Path string `json:"path,omitempty"`
+	Path string `json:"path"`
 	// Associated and Serial: what the host last said (VF_ASSOCIATION).
 	Associated bool   `json:"associated"`
-	Serial     uint32 `json:"serial,omitempty"`
+	Serial     uint32 `json:"serial"`
 	// The VF as last paired: its netdev, PCI function and driver, and
 	// how it was found (serial: through its PCI slot; mac).
-	IfName    string `json:"ifname,omitempty"`
-	Ifindex   int    `json:"ifindex,omitempty"`
-	PCI       string `json:"pci,omitempty"`
-	Driver    string `json:"driver,omitempty"`
-	MatchedBy string `json:"matched_by,omitempty"`
+	IfName    string `json:"ifname"`
+	Ifindex   int    `json:"ifindex"`
+	PCI       string `json:"pci"`
+	Driver    string `json:"driver"`
+	MatchedBy string `json:"matched_by"`
 	// XDP hook (native, generic), socket mode (zero-copy, copy) and the
 	// number of AF_XDP sockets while attached.
-	XDPAttach string `json:"xdp_attach,omitempty"`
-	XDPBind   string `json:"xdp_bind,omitempty"`
-	Sockets   int    `json:"sockets,omitempty"`
+	XDPAttach string `json:"xdp_attach"`
+	XDPBind   string `json:"xdp_bind"`
+	Sockets   int    `json:"sockets"`
 	// Paths counts each path's traffic.
 	Paths Paths `json:"paths"`
 	// Seconds on each path while the NIC was up.
@@ -50,14 +50,14 @@ type VFStatus struct {
 	// Switches of the data path, and their count by reason (the metric
 	// label: spaces as underscores, e.g. association_withdrawn).
 	Switches      uint64            `json:"switches"`
-	SwitchReasons map[string]uint64 `json:"switch_reasons,omitempty"`
+	SwitchReasons map[string]uint64 `json:"switch_reasons"`
 	// Attach attempts and failures while a VF was associated, and the
 	// latest failure.
 	AttachAttempts uint64 `json:"attach_attempts"`
 	AttachFailures uint64 `json:"attach_failures"`
-	LastError      string `json:"last_error,omitempty"`
+	LastError      string `json:"last_error"`
 	// Events are the latest switches, oldest first.
-	Events []VFEvent `json:"events,omitempty"`
+	Events []VFEvent `json:"events"`
 }
 
 // Paths holds the synthetic and the VF path's counters.
@@ -84,10 +84,12 @@ type VFEvent struct {
 	To       string    `json:"to"`
 	Reason   string    `json:"reason"`
 	Observed time.Time `json:"observed"`
-	Switched time.Time `json:"switched,omitzero"`
-	Done     time.Time `json:"done,omitzero"`
-	IfName   string    `json:"ifname,omitempty"`
-	Error    string    `json:"error,omitempty"`
+	// Switched is when the host confirmed the switch, Done when the
+	// new path carried traffic; null until then.
+	Switched *time.Time `json:"switched"`
+	Done     *time.Time `json:"done"`
+	IfName   string     `json:"ifname"`
+	Error    string     `json:"error"`
 }
 
 // vfStates lists VFStatus.State's values (netvsc.VFState), each a series
@@ -158,8 +160,8 @@ func (t *vfTotals) add(st netvsc.VFStatus) {
 
 func appendEvents(to []VFEvent, evs []netvsc.VFEvent) []VFEvent {
 	for _, e := range evs {
-		to = append(to, VFEvent{To: e.To.String(), Reason: e.Reason, Observed: e.Observed, Switched: e.Switched,
-			Done: e.Done, IfName: e.IfName, Error: e.Err})
+		to = append(to, VFEvent{To: e.To.String(), Reason: e.Reason, Observed: e.Observed, Switched: timeOrNull(e.Switched),
+			Done: timeOrNull(e.Done), IfName: e.IfName, Error: e.Err})
 	}
 	if n := len(to) - maxVFEvents; n > 0 {
 		to = slices.Delete(to, 0, n)
@@ -223,5 +225,8 @@ func vfReport(mode config.VFMode, base vfTotals, cur *netvsc.VFStatus, queues []
 	out.Paths.VF = PathCounters{RxPackets: vf.RxPackets, RxBytes: vf.RxBytes, TxPackets: vf.TxPackets, TxBytes: vf.TxBytes, TxDropped: vf.TxDropped}
 	out.SecondsSynthetic, out.SecondsVF = timeSyn.Seconds(), timeVF.Seconds()
 	out.Events = events
+	if out.Events == nil {
+		out.Events = []VFEvent{} // a key is never null (docs/control-api.md)
+	}
 	return out
 }

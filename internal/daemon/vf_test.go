@@ -21,7 +21,6 @@ import (
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/control"
 	"github.com/vmbusd/vmbusd/internal/daemon"
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -194,7 +193,7 @@ func TestVFCarriesTrafficAndFollowsServicing(t *testing.T) {
 	}
 	body.Close()
 	for _, n := range st.NICs {
-		if n.VF.Paths.VF.RxPackets+n.VF.Paths.VF.TxPackets == 0 || !slices.ContainsFunc(n.Ethtool, func(c netvsc.Named) bool {
+		if n.VF.Paths.VF.RxPackets+n.VF.Paths.VF.TxPackets == 0 || !slices.ContainsFunc(n.Ethtool, func(c daemon.Counter) bool {
 			return c.Name == "vf_rx_packets" && c.Value == n.VF.Paths.VF.RxPackets
 		}) {
 			t.Fatalf("/v1/stats for %s: %+v", n.Name, n.VF)

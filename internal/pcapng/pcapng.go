@@ -30,6 +30,7 @@ const (
 	blockSHB = 0x0A0D0D0A
 	blockIDB = 0x00000001
 	blockEPB = 0x00000006
+	blockISB = 0x00000005
 
 	optEnd         = 0
 	optComment     = 1
@@ -39,6 +40,11 @@ const (
 	optShbUserAppl = 4
 	optEpbFlags    = 2
 	optEpbQueue    = 6
+
+	optIsbEndTime      = 3
+	optIsbIfRecv       = 4
+	optIsbIfDrop       = 5
+	optIsbFilterAccept = 6
 )
 
 // Writer writes one pcapng section. It is not safe for concurrent use.
@@ -127,6 +133,44 @@ func (pw *Writer) WritePacket(iface int, ts time.Time, dir Direction, queue int,
 		pw.buf = b[:0]
 	}
 	return err
+}
+
+// Stats are an interface's capture counters, written as an interface
+// statistics block: Received frames the capture saw (before its filter),
+// Accepted those its filter passed, Dropped those of them it could not
+// keep (its reader was too slow).
+type Stats struct {
+	Received, Accepted, Dropped uint64
+}
+
+// WriteStats writes an interface statistics block for iface as of ts
+// (isb_endtime, isb_ifrecv, isb_filteraccept, isb_ifdrop). A stream may
+// carry several; readers such as capinfos and tshark take the last.
+func (pw *Writer) WriteStats(iface int, ts time.Time, st Stats) error {
+	if iface < 0 || iface >= pw.ifaces {
+		return ErrNoInterface
+	}
+	ns := uint64(ts.UnixNano())
+	var v [8]byte
+	u64 := func(x uint64) []byte {
+		binary.LittleEndian.PutUint64(v[:], x)
+		return v[:]
+	}
+	b := pw.buf[:0]
+	b = le32(b, blockISB)
+	b = le32(b, 0)
+	b = le32(b, uint32(iface))
+	b = le32(b, uint32(ns>>32))
+	b = le32(b, uint32(ns))
+	var end [8]byte
+	binary.LittleEndian.PutUint32(end[:], uint32(ns>>32))
+	binary.LittleEndian.PutUint32(end[4:], uint32(ns))
+	b = appendOpt(b, optIsbEndTime, end[:])
+	b = appendOpt(b, optIsbIfRecv, u64(st.Received))
+	b = appendOpt(b, optIsbFilterAccept, u64(st.Accepted))
+	b = appendOpt(b, optIsbIfDrop, u64(st.Dropped))
+	b = le32(appendOptEnd(b), 0)
+	return pw.finish(b)
 }
 
 // finish patches both length words and writes the block.
