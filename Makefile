@@ -15,7 +15,10 @@ all: build
 
 # The version `vmbusd --version` reports and the package carries.
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS  ?= -X github.com/vmbusd/vmbusd/internal/buildinfo.version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# Stamped explicitly: builds with -buildvcs=false (GOFLAGS on some
+# machines) record no VCS revision of their own.
+LDFLAGS  ?= -X github.com/vmbusd/vmbusd/internal/buildinfo.version=$(VERSION) -X github.com/vmbusd/vmbusd/internal/buildinfo.revision=$(REVISION)
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(OUT)/vmbusd ./cmd/vmbusd
