@@ -382,6 +382,31 @@ func TestCLIRestoresAfterACrash(t *testing.T) {
 	}
 }
 
+// TestCLIRestoreReadsTheConfiguration: the unit's ExecStopPost is
+// `restore --config FILE`, so a root and state_dir set only in the file
+// must reach it.
+func TestCLIRestoreReadsTheConfiguration(t *testing.T) {
+	needRoot(t)
+	root := shmDirT(t)
+	startSim(t, root)
+	state := filepath.Join(root, "var/lib/vmbusd")
+	mustVmbusd(t, "bind", "eth1", "--root", root, "--state-dir", state)
+	if devs := listDevices(t, root); devs[0].Driver != "uio_hv_generic" {
+		t.Fatalf("after bind: %+v", devs[0])
+	}
+	cfg := filepath.Join(t.TempDir(), "vmbusd.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("root = %q\nstate_dir = %q\n", root, state)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := mustVmbusd(t, "restore", "--config", cfg)
+	if !strings.Contains(out, "given back to hv_netvsc") {
+		t.Fatalf("restore --config said: %s", out)
+	}
+	if devs := listDevices(t, root); devs[0].Driver != "hv_netvsc" || devs[0].Interface != "eth1" {
+		t.Fatalf("after restore: %+v", devs[0])
+	}
+}
+
 func TestCLIRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.toml")

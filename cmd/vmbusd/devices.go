@@ -201,7 +201,8 @@ func claimDevice(root, state, command, dev string) (release func(), err error) {
 const ownerWait = 30 * time.Second
 
 func runRestore(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet(out, "restore", "restore [--force] [--root DIR] [--state-dir DIR]")
+	fs := newFlagSet(out, "restore", "restore [--force] [--config FILE] [--root DIR] [--state-dir DIR]")
+	cfgPath := fs.String("config", "", "take root and state_dir from the daemon's configuration file (the flags, when given, win)")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
 	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
 	force := fs.Bool("force", false, "give back even devices whose uio node a process holds open; never while the daemon that owns them lives")
@@ -212,6 +213,22 @@ func runRestore(ctx context.Context, args []string, out io.Writer) error {
 	log, err := mkLog(os.Stderr)
 	if err != nil {
 		return err
+	}
+	if *cfgPath != "" {
+		// The unit's ExecStopPost runs this after any stop, also after a
+		// start that failed on a bad file: then the flags' defaults are
+		// the best guess, and giving devices back still matters.
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			log.Warn("configuration not readable; restoring with the flags' root and state directory", "config", *cfgPath, "err", err)
+		} else {
+			if !fs.Changed("root") && cfg.Root != "" {
+				*root = cfg.Root
+			}
+			if !fs.Changed("state-dir") && cfg.StateDir != "" {
+				*state = cfg.StateDir
+			}
+		}
 	}
 	dir := stateDir(*root, *state)
 	// The owner lock: a restore while the daemon runs would tear its
