@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -599,7 +600,7 @@ func (s *session) handshake(ctx context.Context) error {
 		return err
 	}
 	s.log.Info("netvsc up", "nvsp", fmt.Sprintf("%#x", s.version), "ndis", fmt.Sprintf("%#x", s.ndis),
-		"mac", fmt.Sprintf("%x", s.mac), "mtu", s.mtu, "queues", len(s.queues), "granted", granted,
+		"mac", net.HardwareAddr(s.mac[:]).String(), "mtu", s.mtu, "queues", len(s.queues), "granted", granted,
 		"recv_sections", s.subAllocs, "recv_section_size", s.subAlloc,
 		"send_sections", s.send.sections, "send_section_size", s.send.sectionSize,
 		"rndis_max_pkts", s.maxPkts, "rndis_align", s.align, "link", s.linkUp.Load())

@@ -173,7 +173,7 @@ func (h *Handle) runIRQ(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				if errors.Is(err, uio.ErrRescinded) {
-					h.log.Warn("device rescinded by the host")
+					h.log.Debug("device rescinded by the host") // routine for hv_sock; the NIC's owner reports its own
 					h.fail(ErrRescinded)
 				} else {
 					h.log.Error("interrupt fd failed", "err", err)

@@ -149,7 +149,7 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 	// The file's own log settings apply unless flags changed them; then a
 	// reload changes the level too.
-	opts := daemon.Options{Config: cfg, Logger: flagLog}
+	opts := daemon.Options{Config: cfg, ConfigPath: path, Logger: flagLog}
 	if !flagSet(fs, "log-level") && !flagSet(fs, "log-format") {
 		level.Set(slog.Level(cfg.Log.Level))
 		ho := &slog.HandlerOptions{Level: level}

@@ -20,12 +20,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +38,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/vmbusd/vmbusd/internal/bind"
+	"github.com/vmbusd/vmbusd/internal/buildinfo"
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/connlimit"
 	"github.com/vmbusd/vmbusd/internal/control"
@@ -48,7 +51,9 @@ import (
 // Options configure a Daemon beyond its file.
 type Options struct {
 	Config config.Config
-	Logger *slog.Logger
+	// ConfigPath is the file Config came from ("" for none), for the log.
+	ConfigPath string
+	Logger     *slog.Logger
 	// LogLevel, when set, is the level of Logger's handler; a reload sets
 	// it to the file's [log] level.
 	LogLevel *slog.LevelVar
@@ -212,6 +217,9 @@ func (d *Daemon) kickNow() {
 func (d *Daemon) Run(ctx context.Context) error {
 	log := d.log
 	cfg := d.config()
+	bi := buildinfo.Get()
+	log.Info("vmbusd starting", "version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion,
+		"pid", os.Getpid(), "config", cmp.Or(d.opts.ConfigPath, "(none)"), "root", cfg.Root, "state_dir", cfg.State())
 	// Ownership first: a second daemon restores and touches nothing.
 	lock, err := owner.Acquire(cfg.State(), owner.Info{Command: owner.CommandRun, Control: cfg.Control.Socket}, lockWait)
 	if err != nil {
@@ -407,7 +415,11 @@ func (d *Daemon) evaluate(last *string) {
 	d.mu.Unlock()
 	if sendReady {
 		d.notify(sddaemon.SdNotifyReady)
-		d.log.Info("vmbusd ready", "up", up, "devices", total, "policy", policy.String(), "not_up", strings.Join(down, "; "))
+		attrs := []any{"up", up, "devices", total, "policy", policy.String()}
+		if len(down) > 0 {
+			attrs = append(attrs, "not_up", strings.Join(down, "; "))
+		}
+		d.log.Info("vmbusd ready", attrs...)
 	}
 	if status != *last {
 		d.notify("STATUS=" + status)
