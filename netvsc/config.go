@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -130,7 +132,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Queues <= 0 {
 		c.Queues = 1
 	}
-	c.Queues = min(c.Queues, MaxSubchannels)
+	c.Queues = min(c.Queues, nvsp.MaxSubchannels)
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
 	}
@@ -182,7 +184,7 @@ var (
 )
 
 // DeviceError is why a NIC died: a host protocol violation (Err is a
-// *vmbus.CorruptError or a *ProtocolError), a rescind, or a failed
+// *vmbus.CorruptError or a *protoerr.Error), a rescind, or a failed
 // control exchange. The NIC's channels are dead; the owner resets it
 // (Close, then Open again).
 type DeviceError struct {
@@ -200,7 +202,7 @@ func CheckOf(err error) string {
 	if ce, ok := vmbus.IsCorrupt(err); ok {
 		return "vmbus: " + ce.Kind.String()
 	}
-	if pe, ok := IsProtocolError(err); ok {
+	if pe, ok := protoerr.As(err); ok {
 		return "netvsc: " + pe.Kind.String()
 	}
 	return ""
@@ -212,8 +214,8 @@ func CheckOf(err error) string {
 // it rather than copying them. A host may still grant less (fewer queues,
 // a smaller MTU) than a valid configuration asks for.
 func (c Config) Validate() error {
-	if c.Queues < 0 || c.Queues > MaxSubchannels {
-		return fmt.Errorf("netvsc: %d queues outside 1..%d", c.Queues, MaxSubchannels)
+	if c.Queues < 0 || c.Queues > nvsp.MaxSubchannels {
+		return fmt.Errorf("netvsc: %d queues outside 1..%d", c.Queues, nvsp.MaxSubchannels)
 	}
 	if c.Mode < Hybrid || c.Mode > Interrupt {
 		return fmt.Errorf("netvsc: unknown %v", c.Mode)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -83,7 +85,7 @@ func (c *control) onSendDone(payload []byte) error {
 	if err != nil {
 		return err
 	}
-	if st != NVSPStatSuccess {
+	if st != nvsp.StatusSuccess {
 		c.s.refused("control send", st.String())
 	}
 	return nil
@@ -104,7 +106,7 @@ func (c *control) onRNDIS(t RNDISType, id uint32, msg []byte) error {
 	c.rmu.Unlock()
 	c.poke()
 	if waiting && !match {
-		return perr(t.String(), KindType, "request_id", uint64(id))
+		return protoerr.New(t.String(), protoerr.KindType, "request_id", uint64(id))
 	}
 	if !match {
 		c.s.nic.hostEvent("stray " + t.String())
@@ -238,7 +240,7 @@ func (c *control) rndisSend(ctx context.Context, msg []byte) error {
 	c.rmu.Lock()
 	c.sendBusy = true
 	c.rmu.Unlock()
-	nv := NVSPRNDISPacket{ChannelType: RMCControl, SectionIndex: ctlSection, SectionSize: uint32(len(msg))}.Marshal(nil)
+	nv := nvsp.RNDISPacket{ChannelType: nvsp.RMCControl, SectionIndex: ctlSection, SectionSize: uint32(len(msg))}.Marshal(nil)
 	err := c.send(func(ch *vmbus.Channel) error {
 		_, err := ch.SendRequest(vmbus.PacketInband, cookieCtlSend, nil, nv)
 		return err
@@ -302,7 +304,7 @@ func (e *RNDISError) Error() string {
 // Linux gives up on the device then too.
 type NVSPError struct {
 	Request string
-	Status  NVSPStatus
+	Status  nvsp.Status
 }
 
 func (e *NVSPError) Error() string {
@@ -375,7 +377,7 @@ func (c *control) queryUint32(ctx context.Context, oid OID) (uint32, error) {
 }
 
 func nvspName(msg []byte) string {
-	t, err := NVSPMessageType(msg)
+	t, err := nvsp.MessageType(msg)
 	if err != nil {
 		return "NVSP"
 	}
@@ -386,57 +388,57 @@ func nvspName(msg []byte) string {
 func (s *session) handshake(ctx context.Context) error {
 	c := s.ctl
 	cfg := &s.cfg
-	last := NVSPStatNone
-	for _, v := range NVSPVersions() {
-		if v < NVSPProtocolVersion2 {
+	last := nvsp.StatusNone
+	for _, v := range nvsp.Versions() {
+		if v < nvsp.Version2 {
 			break
 		}
-		resp, err := c.nvsp(ctx, NVSPInit{MinVersion: v, MaxVersion: v}.Marshal(nil), true)
+		resp, err := c.nvsp(ctx, nvsp.Init{MinVersion: v, MaxVersion: v}.Marshal(nil), true)
 		if err != nil {
 			return err
 		}
-		var m NVSPInitComplete
+		var m nvsp.InitComplete
 		if err := m.Unmarshal(resp); err != nil {
 			s.fail(err)
 			return err
 		}
-		if m.Status == NVSPStatSuccess {
+		if m.Status == nvsp.StatusSuccess {
 			s.version = v
 			break
 		}
 		// openvmm answers NONE to a version it does not speak; anything
 		// else is a refusal worth a line.
 		last = m.Status
-		if m.Status != NVSPStatNone {
+		if m.Status != nvsp.StatusNone {
 			s.refused(fmt.Sprintf("INIT %#x", v), m.Status.String())
 		}
 	}
 	if s.version == 0 {
 		return &NVSPError{Request: "INIT 6.1 down to 2", Status: last}
 	}
-	caps := NDISConfigCapIEEE8021Q
-	if s.version >= NVSPProtocolVersion5 {
-		caps |= NDISConfigCapSRIOV | NDISConfigCapTeaming
+	caps := nvsp.NDISConfigCapIEEE8021Q
+	if s.version >= nvsp.Version5 {
+		caps |= nvsp.NDISConfigCapSRIOV | nvsp.NDISConfigCapTeaming
 	}
-	if err := c.inband(NVSPNDISConfig{MTU: uint32(s.mtu + EthernetHeaderSize), Capabilities: caps}.Marshal(nil)); err != nil {
+	if err := c.inband(nvsp.NDISConfig{MTU: uint32(s.mtu + EthernetHeaderSize), Capabilities: caps}.Marshal(nil)); err != nil {
 		return err
 	}
-	s.ndis = NDISVersionFor(s.version)
-	if err := c.inband(NewNVSPNDISVersion(s.ndis).Marshal(nil)); err != nil {
+	s.ndis = nvsp.NDISVersionFor(s.version)
+	if err := c.inband(nvsp.NewNDISVersion(s.ndis).Marshal(nil)); err != nil {
 		return err
 	}
 	// Receive buffer: the GPADL and size from the uio map, the sections
 	// from the host's answer (validated).
-	resp, err := c.nvsp(ctx, NVSPRecvBuf{GPADLHandle: s.recvGPADL, ID: NVSRxBufSig}.Marshal(nil), true)
+	resp, err := c.nvsp(ctx, nvsp.RecvBuf{GPADLHandle: s.recvGPADL, ID: nvsp.RecvBufID}.Marshal(nil), true)
 	if err != nil {
 		return err
 	}
-	var rb NVSPRecvBufComplete
+	var rb nvsp.RecvBufComplete
 	if err := rb.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return err
 	}
-	if rb.Status != NVSPStatSuccess {
+	if rb.Status != nvsp.StatusSuccess {
 		s.refused("SEND_RECV_BUF", rb.Status.String())
 		return &NVSPError{Request: "SEND_RECV_BUF", Status: rb.Status}
 	}
@@ -446,16 +448,16 @@ func (s *session) handshake(ctx context.Context) error {
 	}
 	s.subAlloc, s.subAllocs = rb.Section.SubAllocSize, rb.Section.NumSubAllocs
 	s.queues[0].initAcks()
-	resp, err = c.nvsp(ctx, NVSPSendBuf{GPADLHandle: s.sendGPADL, ID: NVSChimSig}.Marshal(nil), true)
+	resp, err = c.nvsp(ctx, nvsp.SendBuf{GPADLHandle: s.sendGPADL, ID: nvsp.SendBufIDDPDK}.Marshal(nil), true)
 	if err != nil {
 		return err
 	}
-	var sb NVSPSendBufComplete
+	var sb nvsp.SendBufComplete
 	if err := sb.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return err
 	}
-	if sb.Status != NVSPStatSuccess {
+	if sb.Status != nvsp.StatusSuccess {
 		s.refused("SEND_SEND_BUF", sb.Status.String())
 		return &NVSPError{Request: "SEND_SEND_BUF", Status: sb.Status}
 	}
@@ -536,7 +538,7 @@ func (s *session) handshake(ctx context.Context) error {
 	// Queues.
 	granted := 0
 	var subs []*vmbus.Channel
-	if cfg.Queues > 1 && s.version >= NVSPProtocolVersion5 {
+	if cfg.Queues > 1 && s.version >= nvsp.Version5 {
 		granted, subs, err = s.openSubchannels(ctx)
 		if err != nil {
 			return err
@@ -620,13 +622,13 @@ func (s *session) setOffloads(ctx context.Context) error {
 	if o.Checksum.IPv4TxFlags&full == full {
 		p.TCPIPv4Checksum, off.tcp4 = NDISOffloadParametersTxRxEnabled, true
 	}
-	if o.Checksum.IPv4TxFlags&NDISChecksumCapUDP != 0 && s.version > NVSPProtocolVersion4 {
+	if o.Checksum.IPv4TxFlags&NDISChecksumCapUDP != 0 && s.version > nvsp.Version4 {
 		p.UDPIPv4Checksum, off.udp4 = NDISOffloadParametersTxRxEnabled, true
 	}
 	if o.Checksum.IPv6TxFlags&full == full {
 		p.TCPIPv6Checksum, off.tcp6 = NDISOffloadParametersTxRxEnabled, true
 	}
-	if o.Checksum.IPv6TxFlags&NDISChecksumCapUDP != 0 && s.version > NVSPProtocolVersion4 {
+	if o.Checksum.IPv6TxFlags&NDISChecksumCapUDP != 0 && s.version > nvsp.Version4 {
 		p.UDPIPv6Checksum, off.udp6 = NDISOffloadParametersTxRxEnabled, true
 	}
 	if o.LSOv2.IPv4MaxSize > 0 && o.LSOv2.IPv4Encapsulation&NDISOffloadEncap8023 != 0 {
@@ -662,20 +664,20 @@ func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, e
 		s.fail(err)
 		return 0, nil, err
 	}
-	want = min(want, int(caps.NumReceiveQueues), MaxSubchannels)
+	want = min(want, int(caps.NumReceiveQueues), nvsp.MaxSubchannels)
 	if want < 2 {
 		return 0, nil, nil
 	}
-	resp, err := c.nvsp(ctx, NVSPSubchannelRequest{Op: NVSPSubchannelAllocate, Count: uint32(want - 1)}.Marshal(nil), true)
+	resp, err := c.nvsp(ctx, nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: uint32(want - 1)}.Marshal(nil), true)
 	if err != nil {
 		return 0, nil, err
 	}
-	var m NVSPSubchannelComplete
+	var m nvsp.SubchannelComplete
 	if err := m.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return 0, nil, err
 	}
-	if m.Status != NVSPStatSuccess {
+	if m.Status != nvsp.StatusSuccess {
 		s.refused("SUBCHANNEL", m.Status.String())
 		s.log.Warn("no sub-channels: one queue")
 		return 0, nil, nil
@@ -743,7 +745,7 @@ func (s *session) rndisControl(q *Queue, msg []byte) error {
 		// KEEPALIVE with FAIL; neither guest handles one): counted.
 		s.nic.hostEvent("rndis " + t.String())
 	default:
-		return perr("RNDIS", KindType, "type", uint64(t))
+		return protoerr.New("RNDIS", protoerr.KindType, "type", uint64(t))
 	}
 	return nil
 }
@@ -770,28 +772,28 @@ func (s *session) indicate(m *RNDISIndicateStatus) {
 // inband handles an NVSP message the host sent inband.
 func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 	b := p.Payload()
-	t, err := NVSPMessageType(b)
+	t, err := nvsp.MessageType(b)
 	if err != nil {
 		return err
 	}
 	s.nic.hostEvent(t.String())
 	switch t {
-	case NVSPMsg5TypeSendIndirectionTable:
-		var m NVSPIndirectionTable
+	case nvsp.TypeSendIndirectionTable:
+		var m nvsp.IndirectionTable
 		if err := m.UnmarshalVersion(b, s.version); err != nil {
 			return err
 		}
 		for _, e := range m.Table {
-			if e >= MaxSubchannels {
-				return perr("SEND_INDIRECTION_TABLE", KindRSSEntry, "table", uint64(e))
+			if e >= nvsp.MaxSubchannels {
+				return protoerr.New("SEND_INDIRECTION_TABLE", protoerr.KindRSSEntry, "table", uint64(e))
 			}
 		}
 		for i, e := range m.Table {
 			s.sendTable[i].Store(e)
 		}
 		s.hasTable.Store(true)
-	case NVSPMsg4TypeSendVFAssociation:
-		var m NVSPVFAssociation
+	case nvsp.TypeSendVFAssociation:
+		var m nvsp.VFAssociation
 		if err := m.Unmarshal(b); err != nil {
 			return err
 		}
@@ -802,13 +804,13 @@ func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 		s.vf.Store(v)
 		s.log.Info("VF association", "allocated", m.Allocated != 0, "serial", m.Serial)
 		s.nic.vfAssociation(s, m.Allocated != 0, m.Serial)
-	case NVSPMsg4TypeSwitchDataPath:
-		var m NVSPSwitchDataPath
+	case nvsp.TypeSwitchDataPath:
+		var m nvsp.SwitchDataPath
 		if err := m.Unmarshal(b); err != nil {
 			return err
 		}
 		s.vfPath.Store(m.ActiveDataPath)
-		s.log.Info("host switched the data path", "vf", m.ActiveDataPath == DataPathVF)
+		s.log.Info("host switched the data path", "vf", m.ActiveDataPath == nvsp.DataPathVF)
 		s.nic.vfHostSwitch(s, m.ActiveDataPath)
 	}
 	// Linux ignores completion-requested on host inband packets and

@@ -13,31 +13,15 @@
 // VF's netdev, found under the root and handled with rtnetlink, and its
 // AF_XDP data path (package afxdp).
 //
-// The wire-format half (nvsp*.go, rndis*.go, ppi.go, oid.go, rss.go) is shared by the
-// guest driver and by sim/'s NetVSP, so every message can be both encoded
-// and decoded: the guest encodes requests and decodes responses, the host
-// the reverse. Facts and offsets come from the project's protocol reference
-// (reference/netvsc.md), cited as "netvsc.md §N".
-//
-// Conventions:
-//
-//   - Encoders are append-style, Marshal(dst []byte) []byte, and do not
-//     allocate when dst has the capacity. The data-path encoders that write
-//     into a fixed buffer (a send-buffer section, a receive-buffer
-//     sub-allocation) are Put… functions returning the bytes written.
-//   - Decoders are Unmarshal(b []byte) error or Parse…(b) (T, error). They
-//     check every length, offset and count against the bytes they were given
-//     with arithmetic that cannot overflow, and never panic. Slices in the
-//     results (info buffers, frames, PPI data) alias b: they are valid while
-//     b is, and the caller copies b out of shared memory before decoding it
-//     (DESIGN.md: "a packet is copied out before it is parsed").
-//   - Decoders check structure, not policy. A field whose value the peer
-//     might legitimately choose (a status, a channel type, a capability)
-//     is returned as read; the checks that need context (buffer sizes,
-//     section counts, queue counts) are separate methods, so the guest and
-//     the simulated host each apply the rules that are theirs.
-//   - Every structural violation is a *ProtocolError whose Kind names the
-//     check, so callers can count "protocol violations by check".
+// The wire formats live beside it, shared with sim/'s NetVSP: package nvsp
+// (the NVSP messages), the RNDIS/NDIS messages still in this package
+// (rndis*.go, ppi.go, oid.go, rss.go), and package protoerr (the
+// *protoerr.Error every decoder and the driver's own checks return, whose
+// Kind names the check, so callers can count "protocol violations by
+// check"). Facts and offsets come from docs/protocol/netvsc.md, cited as
+// "netvsc.md §N". The wire encoders are append-style Marshal(dst) or, for
+// the data path, Put… into a fixed buffer; the decoders check every length,
+// offset and count and never panic, and check structure, not policy.
 //
 // No type in this package holds state shared between goroutines; values are
 // safe to copy.

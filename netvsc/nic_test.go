@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -169,7 +170,7 @@ func TestOpenReflectRoundTrip(t *testing.T) {
 	if n.MTU() != 1500 {
 		t.Errorf("MTU %d", n.MTU())
 	}
-	if v, _ := n.Protocol(); v != netvsc.NVSPProtocolVersion61 {
+	if v, _ := n.Protocol(); v != nvsp.Version61 {
 		t.Errorf("NVSP %#x", v)
 	}
 	if !n.Link().Up {

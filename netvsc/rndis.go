@@ -1,6 +1,10 @@
 package netvsc
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+)
 
 // RNDIS rides inside NVSP SEND_RNDIS_PKT: control messages (INITIALIZE,
 // QUERY, SET, ... and their completions, INDICATE_STATUS) and PACKET
@@ -164,16 +168,16 @@ const (
 
 // ParseRNDISHeader returns the type and MessageLength of the RNDIS message
 // at the start of b, checking that MessageLength covers at least the
-// header and at most b (KindLength). b[:n] is the message; b[n:] the next
+// header and at most b (protoerr.KindLength). b[:n] is the message; b[n:] the next
 // one, if any.
 func ParseRNDISHeader(b []byte) (t RNDISType, n int, err error) {
 	if len(b) < RNDISHeaderSize {
-		return 0, 0, perr("RNDIS", KindShort, "header", uint64(len(b)))
+		return 0, 0, protoerr.New("RNDIS", protoerr.KindShort, "header", uint64(len(b)))
 	}
 	t = RNDISType(le.Uint32(b))
 	ml := le.Uint32(b[4:])
 	if ml < RNDISHeaderSize || uint64(ml) > uint64(len(b)) {
-		return t, 0, perr(t.String(), KindLength, "message_length", uint64(ml))
+		return t, 0, protoerr.New(t.String(), protoerr.KindLength, "message_length", uint64(ml))
 	}
 	return t, int(ml), nil
 }
@@ -182,7 +186,7 @@ func ParseRNDISHeader(b []byte) (t RNDISType, n int, err error) {
 // checking the rest of it.
 func RNDISMessageType(b []byte) (RNDISType, error) {
 	if len(b) < 4 {
-		return 0, perr("RNDIS", KindShort, "type", uint64(len(b)))
+		return 0, protoerr.New("RNDIS", protoerr.KindShort, "type", uint64(len(b)))
 	}
 	return RNDISType(le.Uint32(b)), nil
 }
@@ -190,7 +194,7 @@ func RNDISMessageType(b []byte) (RNDISType, error) {
 // RNDISCompletionRequestID returns the request id of a completion
 // (INITIALIZE, QUERY, SET, KEEPALIVE, SET_EX), so a guest can match it to
 // its one outstanding request before decoding it. RESET_CMPLT has no
-// request id (KindType), nor does any non-completion.
+// request id (protoerr.KindType), nor does any non-completion.
 func RNDISCompletionRequestID(b []byte) (RNDISType, uint32, error) {
 	t, n, err := ParseRNDISHeader(b)
 	if err != nil {
@@ -200,10 +204,10 @@ func RNDISCompletionRequestID(b []byte) (RNDISType, uint32, error) {
 	case RNDISMsgInitializeCmplt, RNDISMsgQueryCmplt, RNDISMsgSetCmplt,
 		RNDISMsgKeepaliveCmplt, RNDISMsgSetExCmplt:
 	default:
-		return t, 0, perr("RNDIS completion", KindType, "type", uint64(t))
+		return t, 0, protoerr.New("RNDIS completion", protoerr.KindType, "type", uint64(t))
 	}
 	if n < 12 {
-		return t, 0, perr(t.String(), KindLength, "message_length", uint64(n))
+		return t, 0, protoerr.New(t.String(), protoerr.KindLength, "message_length", uint64(n))
 	}
 	return t, le.Uint32(b[8:]), nil
 }
@@ -212,17 +216,17 @@ func RNDISCompletionRequestID(b []byte) (RNDISType, uint32, error) {
 // MessageLength is at least size and fits in b. It returns that length.
 func checkRNDIS(b []byte, want RNDISType, size int) (int, error) {
 	if len(b) < RNDISHeaderSize {
-		return 0, perr(want.String(), KindShort, "header", uint64(len(b)))
+		return 0, protoerr.New(want.String(), protoerr.KindShort, "header", uint64(len(b)))
 	}
 	if t := RNDISType(le.Uint32(b)); t != want {
-		return 0, perr(want.String(), KindType, "type", uint64(t))
+		return 0, protoerr.New(want.String(), protoerr.KindType, "type", uint64(t))
 	}
 	if len(b) < size {
-		return 0, perr(want.String(), KindShort, "length", uint64(len(b)))
+		return 0, protoerr.New(want.String(), protoerr.KindShort, "length", uint64(len(b)))
 	}
 	ml := le.Uint32(b[4:])
 	if uint64(ml) < uint64(size) || uint64(ml) > uint64(len(b)) {
-		return 0, perr(want.String(), KindLength, "message_length", uint64(ml))
+		return 0, protoerr.New(want.String(), protoerr.KindLength, "message_length", uint64(ml))
 	}
 	return int(ml), nil
 }
@@ -236,11 +240,11 @@ func infoBuf(b []byte, msgLen int, off, l, minOff uint32, msg, field string) ([]
 		return nil, nil
 	}
 	if off < minOff {
-		return nil, perr(msg, KindOffset, field+"_offset", uint64(off))
+		return nil, protoerr.New(msg, protoerr.KindOffset, field+"_offset", uint64(off))
 	}
 	avail := uint64(msgLen - RNDISHeaderSize)
 	if uint64(l) > avail || uint64(off) > avail-uint64(l) {
-		return nil, perr(msg, KindRange, field+"_length", uint64(l))
+		return nil, protoerr.New(msg, protoerr.KindRange, field+"_length", uint64(l))
 	}
 	start := RNDISHeaderSize + int(off)
 	return b[start : start+int(l) : start+int(l)], nil

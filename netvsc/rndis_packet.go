@@ -1,5 +1,7 @@
 package netvsc
 
+import "github.com/vmbusd/vmbusd/netvsc/protoerr"
+
 // The RNDIS PACKET_MSG (netvsc.md §3.3): the data path's message, one per
 // frame, with per-packet info between its header and the frame.
 
@@ -61,19 +63,19 @@ func (p *RNDISPacket) Info() (PacketInfo, error) { return ParsePacketInfo(p.PPI)
 
 // Unsupported reports what Hyper-V rejects in a guest's PACKET_MSG
 // although the layout is sound: out-of-band data or a VC handle (openvmm
-// handle_rndis_packet_message; KindUnsupported). A host calls it; a guest
+// handle_rndis_packet_message; protoerr.KindUnsupported). A host calls it; a guest
 // has no need to, since hosts never send these.
 func (p *RNDISPacket) Unsupported() error {
 	const msg = "PACKET_MSG"
 	switch {
 	case p.OOBDataOffset != 0:
-		return perr(msg, KindUnsupported, "oob_data_offset", uint64(p.OOBDataOffset))
+		return protoerr.New(msg, protoerr.KindUnsupported, "oob_data_offset", uint64(p.OOBDataOffset))
 	case p.OOBDataLength != 0:
-		return perr(msg, KindUnsupported, "oob_data_length", uint64(p.OOBDataLength))
+		return protoerr.New(msg, protoerr.KindUnsupported, "oob_data_length", uint64(p.OOBDataLength))
 	case p.NumOOBDataElements != 0:
-		return perr(msg, KindUnsupported, "num_oob_data_elements", uint64(p.NumOOBDataElements))
+		return protoerr.New(msg, protoerr.KindUnsupported, "num_oob_data_elements", uint64(p.NumOOBDataElements))
 	case p.VcHandle != 0:
-		return perr(msg, KindUnsupported, "vc_handle", uint64(p.VcHandle))
+		return protoerr.New(msg, protoerr.KindUnsupported, "vc_handle", uint64(p.VcHandle))
 	}
 	return nil
 }
@@ -82,14 +84,14 @@ func (p *RNDISPacket) Unsupported() error {
 // every byte available for it (a receive range, or the rest of a send
 // section). It checks, without overflow:
 //
-//   - MessageLength covers the header and fits in b (KindLength);
-//   - DataOffset >= 36 (KindOffset) — not its alignment, which Hyper-V
+//   - MessageLength covers the header and fits in b (protoerr.KindLength);
+//   - DataOffset >= 36 (protoerr.KindOffset) — not its alignment, which Hyper-V
 //     does not honour (DPDK hn_rndis_rx_data);
-//   - DataLength > 0 (KindDataLength) and the frame inside MessageLength
-//     (KindRange);
+//   - DataLength > 0 (protoerr.KindDataLength) and the frame inside MessageLength
+//     (protoerr.KindRange);
 //   - when there is per-packet info: PerPacketInfoOffset >= 36 and a
-//     multiple of 4 (KindOffset), the area inside MessageLength (KindRange);
-//   - when there is OOB data: the area inside MessageLength (KindRange).
+//     multiple of 4 (protoerr.KindOffset), the area inside MessageLength (protoerr.KindRange);
+//   - when there is OOB data: the area inside MessageLength (protoerr.KindRange).
 //
 // The PPI elements themselves are checked as they are walked. The message
 // occupies b[:MessageLength]; the next aggregated message, if any, follows.
@@ -114,20 +116,20 @@ func ParseRNDISPacket(b []byte) (RNDISPacket, error) {
 
 	avail := uint64(n - RNDISHeaderSize) // bytes after byte 8
 	if h.DataOffset < rndisPacketOffsetMin {
-		return p, perr(msg, KindOffset, "data_offset", uint64(h.DataOffset))
+		return p, protoerr.New(msg, protoerr.KindOffset, "data_offset", uint64(h.DataOffset))
 	}
 	if h.DataLength == 0 {
-		return p, perr(msg, KindDataLength, "data_length", 0)
+		return p, protoerr.New(msg, protoerr.KindDataLength, "data_length", 0)
 	}
 	if uint64(h.DataLength) > avail || uint64(h.DataOffset) > avail-uint64(h.DataLength) {
-		return p, perr(msg, KindRange, "data_length", uint64(h.DataLength))
+		return p, protoerr.New(msg, protoerr.KindRange, "data_length", uint64(h.DataLength))
 	}
 	if h.PerPacketInfoLength != 0 {
 		if h.PerPacketInfoOffset < rndisPacketOffsetMin || h.PerPacketInfoOffset%4 != 0 {
-			return p, perr(msg, KindOffset, "per_packet_info_offset", uint64(h.PerPacketInfoOffset))
+			return p, protoerr.New(msg, protoerr.KindOffset, "per_packet_info_offset", uint64(h.PerPacketInfoOffset))
 		}
 		if uint64(h.PerPacketInfoLength) > avail || uint64(h.PerPacketInfoOffset) > avail-uint64(h.PerPacketInfoLength) {
-			return p, perr(msg, KindRange, "per_packet_info_length", uint64(h.PerPacketInfoLength))
+			return p, protoerr.New(msg, protoerr.KindRange, "per_packet_info_length", uint64(h.PerPacketInfoLength))
 		}
 		s := RNDISHeaderSize + int(h.PerPacketInfoOffset)
 		e := s + int(h.PerPacketInfoLength)
@@ -135,7 +137,7 @@ func ParseRNDISPacket(b []byte) (RNDISPacket, error) {
 	}
 	if h.OOBDataLength != 0 {
 		if uint64(h.OOBDataLength) > avail || uint64(h.OOBDataOffset) > avail-uint64(h.OOBDataLength) {
-			return p, perr(msg, KindRange, "oob_data_length", uint64(h.OOBDataLength))
+			return p, protoerr.New(msg, protoerr.KindRange, "oob_data_length", uint64(h.OOBDataLength))
 		}
 	}
 	s := RNDISHeaderSize + int(h.DataOffset)

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 func rndisControlCases() []struct {
@@ -80,26 +83,26 @@ func TestRNDISControlDecodersRejectMalformedHeaders(t *testing.T) {
 	for _, c := range rndisControlCases() {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.in.Marshal(nil)
-			wantKind(t, c.out.Unmarshal(b[:7]), KindShort)
+			wantKind(t, c.out.Unmarshal(b[:7]), protoerr.KindShort)
 			fixed := map[RNDISType]int{
 				RNDISMsgInitialize: 24, RNDISMsgInitializeCmplt: 52, RNDISMsgHalt: 12,
 				RNDISMsgQuery: 28, RNDISMsgSet: 28, RNDISMsgQueryCmplt: 24, RNDISMsgSetCmplt: 16,
 				RNDISMsgReset: 12, RNDISMsgResetCmplt: 16, RNDISMsgKeepalive: 12,
 				RNDISMsgKeepaliveCmplt: 16, RNDISMsgIndicateStatus: 20,
 			}[c.typ]
-			wantKind(t, c.out.Unmarshal(b[:fixed-1]), KindShort)
+			wantKind(t, c.out.Unmarshal(b[:fixed-1]), protoerr.KindShort)
 
 			bad := bytes.Clone(b)
 			le.PutUint32(bad, uint32(c.typ)^0x40)
-			wantKind(t, c.out.Unmarshal(bad), KindType)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindType)
 
 			bad = bytes.Clone(b)
 			le.PutUint32(bad[4:], uint32(fixed-1))
-			wantKind(t, c.out.Unmarshal(bad), KindLength)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
 			le.PutUint32(bad[4:], uint32(len(b)+1))
-			wantKind(t, c.out.Unmarshal(bad), KindLength)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
 			le.PutUint32(bad[4:], 0xffffffff)
-			wantKind(t, c.out.Unmarshal(bad), KindLength)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
 		})
 	}
 }
@@ -126,12 +129,12 @@ func TestRNDISInfoBufferChecks(t *testing.T) {
 				le.PutUint32(b[c.offAt:], offV)
 				return b
 			}
-			wantKind(t, c.out.Unmarshal(mut(8, c.minOff-4)), KindOffset)
-			wantKind(t, c.out.Unmarshal(mut(8, 0)), KindOffset)
-			wantKind(t, c.out.Unmarshal(mut(9, c.minOff)), KindRange)
-			wantKind(t, c.out.Unmarshal(mut(8, c.minOff+4)), KindRange)
-			wantKind(t, c.out.Unmarshal(mut(0xffffffff, c.minOff)), KindRange)
-			wantKind(t, c.out.Unmarshal(mut(8, 0xfffffffc)), KindRange)
+			wantKind(t, c.out.Unmarshal(mut(8, c.minOff-4)), protoerr.KindOffset)
+			wantKind(t, c.out.Unmarshal(mut(8, 0)), protoerr.KindOffset)
+			wantKind(t, c.out.Unmarshal(mut(9, c.minOff)), protoerr.KindRange)
+			wantKind(t, c.out.Unmarshal(mut(8, c.minOff+4)), protoerr.KindRange)
+			wantKind(t, c.out.Unmarshal(mut(0xffffffff, c.minOff)), protoerr.KindRange)
+			wantKind(t, c.out.Unmarshal(mut(8, 0xfffffffc)), protoerr.KindRange)
 			// A zero-length buffer ignores its offset.
 			if err := c.out.Unmarshal(mut(0, 0xdeadbeef)); err != nil {
 				t.Fatalf("empty buffer with junk offset: %v", err)
@@ -207,17 +210,17 @@ func TestRNDISCompletionRequestID(t *testing.T) {
 		}
 	}
 	_, _, err := RNDISCompletionRequestID(RNDISResetCmplt{}.Marshal(nil))
-	wantKind(t, err, KindType)
+	wantKind(t, err, protoerr.KindType)
 	_, _, err = RNDISCompletionRequestID(RNDISIndicateStatus{}.Marshal(nil))
-	wantKind(t, err, KindType)
+	wantKind(t, err, protoerr.KindType)
 	_, _, err = RNDISCompletionRequestID(hexBytes(t, "05000080 08000000"))
-	wantKind(t, err, KindLength)
+	wantKind(t, err, protoerr.KindLength)
 	_, _, err = RNDISCompletionRequestID([]byte{1, 2})
-	wantKind(t, err, KindShort)
+	wantKind(t, err, protoerr.KindShort)
 	_, _, err = ParseRNDISHeader(hexBytes(t, "01000000 04000000"))
-	wantKind(t, err, KindLength)
+	wantKind(t, err, protoerr.KindLength)
 	_, err = RNDISMessageType([]byte{1})
-	wantKind(t, err, KindShort)
+	wantKind(t, err, protoerr.KindShort)
 }
 
 func TestInitializeCmpltPacketAlignment(t *testing.T) {
@@ -363,26 +366,26 @@ func TestRNDISPacketDecoderRejectsEachViolation(t *testing.T) {
 		field string
 		val   uint32
 		trunc int
-		kind  Kind
+		kind  protoerr.Kind
 	}{
-		{"no header", "", 0, 7, KindShort},
-		{"short header", "", 0, 43, KindShort},
-		{"message length below header", "len", 43, 0, KindLength},
-		{"message length past bytes", "len", 121, 0, KindLength},
-		{"message length huge", "len", 0xffffffff, 0, KindLength},
-		{"data offset inside header", "doff", 35, 0, KindOffset},
-		{"data offset zero", "doff", 0, 0, KindOffset},
-		{"no data", "dlen", 0, 0, KindDataLength},
-		{"data past message", "dlen", 61, 0, KindRange},
-		{"data length wraps", "dlen", 0xffffffff, 0, KindRange},
-		{"data offset wraps", "doff", 0xfffffff0, 0, KindRange},
-		{"ppi offset inside header", "poff", 32, 0, KindOffset},
-		{"ppi offset zero", "poff", 0, 0, KindOffset},
-		{"ppi offset unaligned", "poff", 38, 0, KindOffset},
-		{"ppi past message", "plen", 200, 0, KindRange},
-		{"ppi offset wraps", "poff", 0xfffffffc, 0, KindRange},
-		{"oob past message", "olen", 0x100, 0, KindRange},
-		{"oob length wraps", "olen", 0xffffffff, 0, KindRange},
+		{"no header", "", 0, 7, protoerr.KindShort},
+		{"short header", "", 0, 43, protoerr.KindShort},
+		{"message length below header", "len", 43, 0, protoerr.KindLength},
+		{"message length past bytes", "len", 121, 0, protoerr.KindLength},
+		{"message length huge", "len", 0xffffffff, 0, protoerr.KindLength},
+		{"data offset inside header", "doff", 35, 0, protoerr.KindOffset},
+		{"data offset zero", "doff", 0, 0, protoerr.KindOffset},
+		{"no data", "dlen", 0, 0, protoerr.KindDataLength},
+		{"data past message", "dlen", 61, 0, protoerr.KindRange},
+		{"data length wraps", "dlen", 0xffffffff, 0, protoerr.KindRange},
+		{"data offset wraps", "doff", 0xfffffff0, 0, protoerr.KindRange},
+		{"ppi offset inside header", "poff", 32, 0, protoerr.KindOffset},
+		{"ppi offset zero", "poff", 0, 0, protoerr.KindOffset},
+		{"ppi offset unaligned", "poff", 38, 0, protoerr.KindOffset},
+		{"ppi past message", "plen", 200, 0, protoerr.KindRange},
+		{"ppi offset wraps", "poff", 0xfffffffc, 0, protoerr.KindRange},
+		{"oob past message", "olen", 0x100, 0, protoerr.KindRange},
+		{"oob length wraps", "olen", 0xffffffff, 0, protoerr.KindRange},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -400,7 +403,7 @@ func TestRNDISPacketDecoderRejectsEachViolation(t *testing.T) {
 	bad := bytes.Clone(good)
 	le.PutUint32(bad, uint32(RNDISMsgQuery))
 	_, err := ParseRNDISPacket(bad)
-	wantKind(t, err, KindType)
+	wantKind(t, err, protoerr.KindType)
 }
 
 func TestRNDISPacketUnsupportedFields(t *testing.T) {
@@ -421,7 +424,7 @@ func TestRNDISPacketUnsupportedFields(t *testing.T) {
 		if err != nil {
 			t.Fatalf("@%d: structurally valid packet rejected: %v", off, err)
 		}
-		wantKind(t, p.Unsupported(), KindUnsupported)
+		wantKind(t, p.Unsupported(), protoerr.KindUnsupported)
 	}
 }
 
@@ -562,7 +565,7 @@ func BenchmarkRNDISPacketEncode(b *testing.B) {
 			info.SetHashValue(3)
 			frame := testFrame(size)
 			section := make([]byte, 6144)
-			nvsp := make([]byte, 0, NVSPMessageSize)
+			msg := make([]byte, 0, nvsp.MessageSize)
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			b.ResetTimer()
@@ -571,7 +574,7 @@ func BenchmarkRNDISPacketEncode(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				nvsp = NVSPRNDISPacket{RMCData, uint32(i & 1023), uint32(n)}.Marshal(nvsp[:0])
+				msg = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: uint32(i & 1023), SectionSize: uint32(n)}.Marshal(msg[:0])
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 		})
@@ -590,14 +593,14 @@ func BenchmarkRNDISPacketDecode(b *testing.B) {
 			if _, err := PutRNDISPacketAt(sub, &info, testFrame(size), 256, len(sub)); err != nil {
 				b.Fatal(err)
 			}
-			nvsp := NVSPRNDISPacket{RMCData, NVSChimIdxInvalid, 0}.Marshal(nil)
-			var m NVSPRNDISPacket
+			msg := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(nil)
+			var m nvsp.RNDISPacket
 			var sink int
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := m.Unmarshal(nvsp); err != nil {
+				if err := m.Unmarshal(msg); err != nil {
 					b.Fatal(err)
 				}
 				p, err := ParseRNDISPacket(sub)

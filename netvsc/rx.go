@@ -1,6 +1,8 @@
 package netvsc
 
 import (
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -48,20 +50,20 @@ type rxHandler interface {
 // parseXfer walks a transfer-page packet whose header the ring reader
 // validated (range table inside the packet). recv is the receive buffer;
 // scratch holds at least maxControlMessage bytes. Host violations return a
-// *ProtocolError; the caller completes the packet whatever happens.
+// *protoerr.Error; the caller completes the packet whatever happens.
 func parseXfer(p *vmbus.Packet, recv []byte, scratch []byte, h rxHandler) error {
-	var m NVSPRNDISPacket
+	var m nvsp.RNDISPacket
 	if err := m.Unmarshal(p.Payload()); err != nil {
 		return err
 	}
-	if set := p.TransferPageSet(); set != NVSRxBufSig {
-		return perr("XFER_PAGES", KindType, "xfer_pageset_id", uint64(set))
+	if set := p.TransferPageSet(); set != nvsp.RecvBufID {
+		return protoerr.New("XFER_PAGES", protoerr.KindType, "xfer_pageset_id", uint64(set))
 	}
 	n := p.RangeCount()
 	for i := 0; i < n; i++ {
 		count, off := p.TransferRange(i)
 		if uint64(off) > uint64(len(recv)) || uint64(count) > uint64(len(recv))-uint64(off) {
-			return perr("XFER_PAGES", KindRange, "range", uint64(off)<<32|uint64(count))
+			return protoerr.New("XFER_PAGES", protoerr.KindRange, "range", uint64(off)<<32|uint64(count))
 		}
 		if err := parseRange(recv, int(off), int(count), scratch, h); err != nil {
 			return err
@@ -73,7 +75,7 @@ func parseXfer(p *vmbus.Packet, recv []byte, scratch []byte, h rxHandler) error 
 // parseRange handles one RNDIS message at recv[off:off+count].
 func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error {
 	if count < RNDISHeaderSize {
-		return perr("RNDIS", KindShort, "range", uint64(count))
+		return protoerr.New("RNDIS", protoerr.KindShort, "range", uint64(count))
 	}
 	hdr := scratch[:min(count, rxHeaderWindow)]
 	copy(hdr, recv[off:])
@@ -81,10 +83,10 @@ func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error 
 	if t != RNDISMsgPacket {
 		ml := le.Uint32(hdr[4:])
 		if ml < RNDISHeaderSize || uint64(ml) > uint64(count) {
-			return perr(t.String(), KindLength, "message_length", uint64(ml))
+			return protoerr.New(t.String(), protoerr.KindLength, "message_length", uint64(ml))
 		}
 		if ml > maxControlMessage || int(ml) > len(scratch) {
-			return perr(t.String(), KindLength, "message_length", uint64(ml))
+			return protoerr.New(t.String(), protoerr.KindLength, "message_length", uint64(ml))
 		}
 		msg := scratch[:ml]
 		copy(msg, recv[off:])
@@ -116,30 +118,30 @@ func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error 
 func checkRxPacket(hdr []byte, count int) (dataOff, n int, ppi []byte, err error) {
 	const msg = "PACKET_MSG"
 	if len(hdr) < RNDISPacketHeaderSize {
-		return 0, 0, nil, perr(msg, KindShort, "length", uint64(len(hdr)))
+		return 0, 0, nil, protoerr.New(msg, protoerr.KindShort, "length", uint64(len(hdr)))
 	}
 	ml := le.Uint32(hdr[4:])
 	if ml < RNDISPacketHeaderSize || uint64(ml) > uint64(count) {
-		return 0, 0, nil, perr(msg, KindLength, "message_length", uint64(ml))
+		return 0, 0, nil, protoerr.New(msg, protoerr.KindLength, "message_length", uint64(ml))
 	}
 	do, dl := le.Uint32(hdr[8:]), le.Uint32(hdr[12:])
 	po, pl := le.Uint32(hdr[28:]), le.Uint32(hdr[32:])
 	avail := uint64(ml - RNDISHeaderSize)
 	if do < rndisPacketOffsetMin {
-		return 0, 0, nil, perr(msg, KindOffset, "data_offset", uint64(do))
+		return 0, 0, nil, protoerr.New(msg, protoerr.KindOffset, "data_offset", uint64(do))
 	}
 	if dl == 0 {
-		return 0, 0, nil, perr(msg, KindDataLength, "data_length", 0)
+		return 0, 0, nil, protoerr.New(msg, protoerr.KindDataLength, "data_length", 0)
 	}
 	if uint64(dl) > avail || uint64(do) > avail-uint64(dl) {
-		return 0, 0, nil, perr(msg, KindRange, "data_length", uint64(dl))
+		return 0, 0, nil, protoerr.New(msg, protoerr.KindRange, "data_length", uint64(dl))
 	}
 	if pl != 0 {
 		if po < rndisPacketOffsetMin || po%4 != 0 {
-			return 0, 0, nil, perr(msg, KindOffset, "per_packet_info_offset", uint64(po))
+			return 0, 0, nil, protoerr.New(msg, protoerr.KindOffset, "per_packet_info_offset", uint64(po))
 		}
 		if uint64(pl) > avail || uint64(po) > avail-uint64(pl) {
-			return 0, 0, nil, perr(msg, KindRange, "per_packet_info_length", uint64(pl))
+			return 0, 0, nil, protoerr.New(msg, protoerr.KindRange, "per_packet_info_length", uint64(pl))
 		}
 		s, e := RNDISHeaderSize+uint64(po), RNDISHeaderSize+uint64(po)+uint64(pl)
 		if e <= uint64(len(hdr)) {

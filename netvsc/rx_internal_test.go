@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -63,7 +65,7 @@ func xferPacket(t testing.TB, tid uint64, hdr, payload []byte) (vmbus.Packet, er
 	return in.Read(make([]byte, 16<<10))
 }
 
-var nvspData = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: NVSChimIdxInvalid}.Marshal(nil)
+var nvspData = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(nil)
 
 func TestParseXferFramesAndInfo(t *testing.T) {
 	recv := make([]byte, 4*2048)
@@ -79,7 +81,7 @@ func TestParseXferFramesAndInfo(t *testing.T) {
 	n2, _ := PutRNDISPacket(recv[4096:], nil, []byte("second frame......"))
 	ctl := RNDISSetCmplt{RequestID: 7}.Marshal(nil)
 	copy(recv[6144:], ctl)
-	hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 3)
+	hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 3)
 	hdr = vmbus.AppendTransferRange(hdr, 2048, 2048)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(n2), 4096)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(len(ctl)), 6144)
@@ -129,18 +131,18 @@ func TestParseXferRejects(t *testing.T) {
 		name    string
 		hdr     []byte
 		payload []byte
-		kind    Kind
+		kind    protoerr.Kind
 	}{
-		{"pageset", packet(0x1234, [2]uint32{uint32(good), 0}), nvspData, KindType},
-		{"range-past-end", packet(NVSRxBufSig, [2]uint32{200, 8100}), nvspData, KindRange},
-		{"range-overflow", packet(NVSRxBufSig, [2]uint32{0xffffffff, 16}), nvspData, KindRange},
-		{"short-range", packet(NVSRxBufSig, [2]uint32{4, 0}), nvspData, KindShort},
-		{"nvsp-type", packet(NVSRxBufSig, [2]uint32{uint32(good), 0}), NVSPRNDISComplete{}.Marshal(nil), KindType},
-		{"message-length", packet(NVSRxBufSig, [2]uint32{1000, 1024}), nvspData, KindLength},
-		{"data-offset", packet(NVSRxBufSig, [2]uint32{1000, 2048}), nvspData, KindOffset},
-		{"data-length", packet(NVSRxBufSig, [2]uint32{1000, 3072}), nvspData, KindDataLength},
-		{"data-range", packet(NVSRxBufSig, [2]uint32{1000, 4096}), nvspData, KindRange},
-		{"ppi-offset", packet(NVSRxBufSig, [2]uint32{1000, 5120}), nvspData, KindOffset},
+		{"pageset", packet(0x1234, [2]uint32{uint32(good), 0}), nvspData, protoerr.KindType},
+		{"range-past-end", packet(nvsp.RecvBufID, [2]uint32{200, 8100}), nvspData, protoerr.KindRange},
+		{"range-overflow", packet(nvsp.RecvBufID, [2]uint32{0xffffffff, 16}), nvspData, protoerr.KindRange},
+		{"short-range", packet(nvsp.RecvBufID, [2]uint32{4, 0}), nvspData, protoerr.KindShort},
+		{"nvsp-type", packet(nvsp.RecvBufID, [2]uint32{uint32(good), 0}), nvsp.RNDISComplete{}.Marshal(nil), protoerr.KindType},
+		{"message-length", packet(nvsp.RecvBufID, [2]uint32{1000, 1024}), nvspData, protoerr.KindLength},
+		{"data-offset", packet(nvsp.RecvBufID, [2]uint32{1000, 2048}), nvspData, protoerr.KindOffset},
+		{"data-length", packet(nvsp.RecvBufID, [2]uint32{1000, 3072}), nvspData, protoerr.KindDataLength},
+		{"data-range", packet(nvsp.RecvBufID, [2]uint32{1000, 4096}), nvspData, protoerr.KindRange},
+		{"ppi-offset", packet(nvsp.RecvBufID, [2]uint32{1000, 5120}), nvspData, protoerr.KindOffset},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := xferPacket(t, 1, tc.hdr, tc.payload)
@@ -148,7 +150,7 @@ func TestParseXferRejects(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = parseXfer(&p, recv, make([]byte, maxControlMessage), &recorder{recv: recv})
-			var pe *ProtocolError
+			var pe *protoerr.Error
 			if !errors.As(err, &pe) || pe.Kind != tc.kind {
 				t.Fatalf("got %v, want kind %s", err, tc.kind)
 			}
@@ -207,7 +209,7 @@ func TestSegmentChecksums(t *testing.T) {
 func FuzzRxTransferPage(f *testing.F) {
 	recv := make([]byte, 4096)
 	n, _ := PutRNDISPacket(recv[512:], nil, []byte("seed frame with some bytes"))
-	hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 2)
+	hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 2)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(n), 512)
 	hdr = vmbus.AppendTransferRange(hdr, 100, 4000)
 	f.Add(hdr, nvspData, recv)
@@ -215,7 +217,7 @@ func FuzzRxTransferPage(f *testing.F) {
 	info.SetVLAN(3)
 	info.SetChecksum(1)
 	PutRNDISPacketAt(recv[1024:], &info, []byte("ppi frame"), 256, 1024)
-	hdr2 := vmbus.AppendTransferRange(vmbus.TransferPageHeader(nil, NVSRxBufSig, 1), 1024, 1024)
+	hdr2 := vmbus.AppendTransferRange(vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 1), 1024, 1024)
 	f.Add(hdr2, nvspData, recv)
 	f.Fuzz(func(t *testing.T, hdr, payload, recv []byte) {
 		if len(hdr) > 4096 || len(payload) > 4096 || len(recv) > 1<<20 {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -33,7 +34,7 @@ import (
 // burst: the end of a burst sends it, then publishes the ring once.
 
 // nvspSendSize is the ring bytes of one section send.
-var nvspSendSize = vmbus.PacketSize(0, NVSPMessageSize)
+var nvspSendSize = vmbus.PacketSize(0, nvsp.MessageSize)
 
 // TxBurst queues frames for transmission and returns how many it took.
 // Taken packets belong to the queue (freed once copied, or when the host
@@ -292,7 +293,7 @@ func (q *Queue) flushSection() {
 	c.open = false
 	i := c.idx - q.secLo
 	q.secFrames[i], q.secBytes[i] = uint32(c.frames), uint32(c.bytes)
-	q.nvspBuf = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(q.nvspBuf[:0])
+	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(q.nvspBuf[:0])
 	if _, err := q.ch.SendRequest(vmbus.PacketInband, cookieSection|uint64(c.idx), nil, q.nvspBuf); err != nil {
 		q.stash = append(q.stash, uint32(c.idx))
 		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
@@ -331,13 +332,13 @@ func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
 	}
 	q.hdrBuf = vmbus.GPAHeader(q.hdrBuf[:0], 1)
 	q.hdrBuf = vmbus.AppendGPARange(q.hdrBuf, uint32(hdrLen+p.n), pageOff, pfns)
-	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), NVSPMessageSize)+nvspSendSize {
+	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), nvsp.MessageSize)+nvspSendSize {
 		q.gpaUntake(slot)
 		q.c.txBusy.inc()
 		return false
 	}
 	q.gpaPkts[slot], q.gpaBytes[slot] = p, uint32(p.n)
-	q.nvspBuf = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: NVSChimIdxInvalid}.Marshal(q.nvspBuf[:0])
+	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(q.nvspBuf[:0])
 	if _, err := q.ch.SendRequest(vmbus.PacketGPADirect, cookieGPA|uint64(slot), q.hdrBuf, q.nvspBuf); err != nil {
 		q.gpaPkts[slot] = nil
 		q.gpaUntake(slot)

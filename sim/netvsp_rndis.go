@@ -13,15 +13,16 @@ import (
 	"unicode/utf16"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 )
 
 // handleRNDISControl serves one RNDIS control message on the primary and
 // returns the NVSP status that completes its send.
-func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) netvsc.NVSPStatus {
+func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) nvsp.Status {
 	t, ml, err := netvsc.ParseRNDISHeader(b)
 	if err != nil {
 		ss.violation("malformed RNDIS control message: " + kindOf(err))
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
 	b = b[:ml]
 	nv := &ss.nv
@@ -29,11 +30,11 @@ func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) netvsc.NVSPStatu
 	ss.n.st.control.Add(1)
 	if nv.halted {
 		ss.violation("RNDIS " + t.String() + " after HALT")
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
-	bad := func(err error) netvsc.NVSPStatus {
+	bad := func(err error) nvsp.Status {
 		ss.violation("malformed RNDIS " + t.String() + ": " + kindOf(err))
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
 	switch t {
 	case netvsc.RNDISMsgInitialize:
@@ -64,7 +65,7 @@ func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) netvsc.NVSPStatu
 			n.linkMu.Lock()
 			vf := n.vfPresent
 			n.linkMu.Unlock()
-			if vf && cfg.version >= netvsc.NVSPProtocolVersion4 && cfg.caps&netvsc.NDISConfigCapSRIOV != 0 {
+			if vf && cfg.version >= nvsp.Version4 && cfg.caps&nvsp.NDISConfigCapSRIOV != 0 {
 				// After the INITIALIZE completion, VFDelay later (openvmm:
 				// older Linux guests race over the interface name).
 				nv.vfDue = time.Now().Add(ss.n.cfg.ControlDelay + n.cfg.VFDelay)
@@ -128,9 +129,9 @@ func (ss *nicSession) handleRNDISControl(ch *nicChan, b []byte) netvsc.NVSPStatu
 		// The guest answering the keepalive fault's request.
 	default:
 		ss.violation("RNDIS " + t.String() + " from the guest")
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
-	return netvsc.NVSPStatSuccess
+	return nvsp.StatusSuccess
 }
 
 func (ss *nicSession) checkRequestID(id uint32) {
@@ -216,7 +217,7 @@ func (ss *nicSession) query(oid netvsc.OID, in []byte) (netvsc.RNDISStatus, []by
 		}
 		return netvsc.RNDISStatusSuccess, ss.offload(oid == netvsc.OIDTCPOffloadCurrentConfig, h).Marshal(nil)
 	case netvsc.OIDGenReceiveScaleCapabilities:
-		if cfg.version < netvsc.NVSPProtocolVersion5 {
+		if cfg.version < nvsp.Version5 {
 			return netvsc.RNDISStatusNotSupported, nil
 		}
 		h, err := netvsc.ParseNDISObjectHeader(in)
@@ -288,7 +289,7 @@ func (ss *nicSession) set(ch *nicChan, oid netvsc.OID, in []byte) netvsc.RNDISSt
 		ss.log.Info("packet filter", "filter", v)
 		return netvsc.RNDISStatusSuccess
 	case netvsc.OIDGenReceiveScaleParameters:
-		if cfg.version < netvsc.NVSPProtocolVersion5 {
+		if cfg.version < nvsp.Version5 {
 			return netvsc.RNDISStatusNotSupported
 		}
 		return ss.setRSS(in)

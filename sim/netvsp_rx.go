@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -226,7 +227,7 @@ func (ch *nicChan) deliver() bool {
 	progress := false
 	head, tail := q.span()
 	for head < tail {
-		m := min(int(tail-head), netvsc.NVSPMaxPacketsPerReceive)
+		m := min(int(tail-head), nvsp.MaxPacketsPerReceive)
 		free := ch.c.Out().Free() - respReserve
 		fixed := vmbus.PacketSize(8, msgSize)
 		if free <= fixed+8 {
@@ -302,10 +303,10 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 		id ^= 0x0101
 	}
 	vmbus.TransferPageHeader(ranges[:0], id, n)
-	t := netvsc.NVSPMsg1TypeSendRNDISPkt
-	payload := netvsc.NVSPRNDISPacket{ChannelType: netvsc.RMCData, SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(ch.xmsg[:0])
+	t := nvsp.TypeSendRNDISPkt
+	payload := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(ch.xmsg[:0])
 	if f.take(NICFaultNVSPType) {
-		t = netvsc.NVSPMsg1TypeSendRNDISPktComplete
+		t = nvsp.TypeSendRNDISPktComplete
 		le32put(payload, uint32(t))
 	}
 	payload = padTo(payload, msgSize)
@@ -388,7 +389,7 @@ func (ch *nicChan) sendControl(b []byte) bool {
 	copy(ss.recv[off:off+int(k*sub)], b)
 	hdr := vmbus.TransferPageHeader(ch.xfer[:0], cfg.recvID, 1)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(len(b)), uint32(off))
-	payload := padTo(netvsc.NVSPRNDISPacket{ChannelType: netvsc.RMCControl, SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(ch.xmsg[:0]), msgSize)
+	payload := padTo(nvsp.RNDISPacket{ChannelType: nvsp.RMCControl, SectionIndex: nvsp.NoSection}.Marshal(ch.xmsg[:0]), msgSize)
 	if err := ch.c.Send(vmbus.PacketTransferPage, vmbus.FlagCompletionRequested, uint64(start), hdr, payload); err != nil {
 		ch.ctl.release(start)
 		return false

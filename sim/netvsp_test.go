@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	// The reference's answers (netvsc.md §2.5, §7 host 2, 9).
 	if g.subSize != DefaultRecvSectionSize || g.subCount != uint32(len(g.recv)/DefaultRecvSectionSize) {
 		t.Errorf("receive sections %d x %d", g.subSize, g.subCount)
@@ -59,30 +60,30 @@ func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
 	}
 	g.noViolations()
 	st := g.nic.Stats()
-	if st.NVSPVersion != netvsc.NVSPProtocolVersion61 || st.NDISVersion != netvsc.NDISVersion630 || st.MTU != 1514 || st.PacketFilter != 0xd {
+	if st.NVSPVersion != nvsp.Version61 || st.NDISVersion != nvsp.NDISVersion630 || st.MTU != 1514 || st.PacketFilter != 0xd {
 		t.Errorf("negotiated state %+v", st)
 	}
 }
 
 func TestNetVSPInitAcceptsOnlySupportedVersionsAndFallsBack(t *testing.T) {
-	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxNVSPVersion: netvsc.NVSPProtocolVersion5}})
-	for _, v := range netvsc.NVSPVersions() {
-		var ic netvsc.NVSPInitComplete
-		if err := ic.Unmarshal(g.request(netvsc.NVSPInit{MinVersion: v, MaxVersion: v}.Marshal(nil))); err != nil {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxNVSPVersion: nvsp.Version5}})
+	for _, v := range nvsp.Versions() {
+		var ic nvsp.InitComplete
+		if err := ic.Unmarshal(g.request(nvsp.Init{MinVersion: v, MaxVersion: v}.Marshal(nil))); err != nil {
 			t.Fatal(err)
 		}
-		want := netvsc.NVSPStatNone
-		if v == netvsc.NVSPProtocolVersion5 {
-			want = netvsc.NVSPStatSuccess
+		want := nvsp.StatusNone
+		if v == nvsp.Version5 {
+			want = nvsp.StatusSuccess
 		}
 		if ic.Status != want || ic.MaxMDLChainLen != 34 {
 			t.Fatalf("INIT %#x: %+v, want status %v", v, ic, want)
 		}
-		if want == netvsc.NVSPStatSuccess {
+		if want == nvsp.StatusSuccess {
 			break
 		}
 	}
-	if st := g.nic.Stats(); st.NVSPVersion != netvsc.NVSPProtocolVersion5 {
+	if st := g.nic.Stats(); st.NVSPVersion != nvsp.Version5 {
 		t.Errorf("negotiated %#x", st.NVSPVersion)
 	}
 	g.noViolations()
@@ -91,13 +92,13 @@ func TestNetVSPInitAcceptsOnlySupportedVersionsAndFallsBack(t *testing.T) {
 func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 	type step func(g *tguest)
 	init := func(g *tguest) {
-		g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
+		g.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
 	}
-	config := func(g *tguest) { g.nvsp(netvsc.NVSPNDISConfig{MTU: 1514}.Marshal(nil), false) }
-	ver := func(g *tguest) { g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false) }
-	recvStatus := func(g *tguest, gpadl uint32) netvsc.NVSPStatus {
-		var rc netvsc.NVSPRecvBufComplete
-		rc.Unmarshal(g.request(netvsc.NVSPRecvBuf{GPADLHandle: gpadl, ID: netvsc.NVSRxBufSig}.Marshal(nil)))
+	config := func(g *tguest) { g.nvsp(nvsp.NDISConfig{MTU: 1514}.Marshal(nil), false) }
+	ver := func(g *tguest) { g.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false) }
+	recvStatus := func(g *tguest, gpadl uint32) nvsp.Status {
+		var rc nvsp.RecvBufComplete
+		rc.Unmarshal(g.request(nvsp.RecvBuf{GPADLHandle: gpadl, ID: nvsp.RecvBufID}.Marshal(nil)))
 		return rc.Status
 	}
 	for _, tc := range []struct {
@@ -108,20 +109,20 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 		{"message before INIT", []step{config}, "before INIT"},
 		{"second INIT", []step{init, init}, "second INIT"},
 		{"receive buffer before NDIS config", []step{init, ver, func(g *tguest) {
-			if st := recvStatus(g, g.recvGPADL); st != netvsc.NVSPStatFail {
+			if st := recvStatus(g, g.recvGPADL); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "SEND_RECV_BUF before SEND_NDIS_CONFIG"},
 		{"wrong receive GPADL", []step{init, config, ver, func(g *tguest) {
-			if st := recvStatus(g, g.recvGPADL+7); st != netvsc.NVSPStatFail {
+			if st := recvStatus(g, g.recvGPADL+7); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "not the receive buffer's"},
 		{"NDIS config after the receive buffer", []step{init, config, ver, func(g *tguest) { g.connectBuffers() }, config}, "after SEND_RECV_BUF"},
 		{"RNDIS before the receive buffer", []step{init, config, ver, func(g *tguest) {
 			g.secSize, g.secCount = DefaultSendSectionSize, 10
-			tid := g.sendRNDIS(0, netvsc.RMCControl, netvsc.RNDISInitialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
-			if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+			tid := g.sendRNDIS(0, nvsp.RMCControl, netvsc.RNDISInitialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
+			if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "before the receive buffer"},
@@ -131,14 +132,14 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 		}}, "QUERY before INITIALIZE"},
 		{"data before INITIALIZE", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
-			tid := g.sendRNDIS(0, netvsc.RMCData, rndisPacket(make([]byte, 60), nil))
-			if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+			tid := g.sendRNDIS(0, nvsp.RMCData, rndisPacket(make([]byte, 60), nil))
+			if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "before RNDIS INITIALIZE"},
 		{"NVSP type not allowed at version", []step{func(g *tguest) {
-			g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion4, MaxVersion: netvsc.NVSPProtocolVersion4}.Marshal(nil))
-			g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil))
+			g.request(nvsp.Init{MinVersion: nvsp.Version4, MaxVersion: nvsp.Version4}.Marshal(nil))
+			g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 1}.Marshal(nil))
 		}}, "not allowed at the negotiated version"},
 		{"request id 0", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
@@ -151,7 +152,7 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 				s(g)
 			}
 			// A round trip the host answers after everything before it.
-			g.request(netvsc.NVSPInit{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
+			g.request(nvsp.Init{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
 			if g.violations(tc.kind) == 0 {
 				t.Errorf("no violation %q counted; have %v", tc.kind, g.h.Violations())
 			}
@@ -161,18 +162,18 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 
 func TestNetVSPReceiveSectionSizeFromMTU(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{RecvSectionSize: RecvSectionFromMTU, MTU: 9000}})
-	g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
-	g.nvsp(netvsc.NVSPNDISConfig{MTU: 9014}.Marshal(nil), false)
-	g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
+	g.nvsp(nvsp.NDISConfig{MTU: 9014}.Marshal(nil), false)
+	g.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false)
 	g.connectBuffers()
 	if g.subSize != 256+9014+36 {
 		t.Errorf("sub-allocation %d, want openvmm's 256+MTU+36", g.subSize)
 	}
 	// An MTU outside 1514..9216 becomes 1514, as vmswitch does.
 	g2 := newTGuest(t, tguestOpts{nic: NICConfig{RecvSectionSize: RecvSectionFromMTU}})
-	g2.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
-	g2.nvsp(netvsc.NVSPNDISConfig{MTU: 60000}.Marshal(nil), false)
-	g2.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g2.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
+	g2.nvsp(nvsp.NDISConfig{MTU: 60000}.Marshal(nil), false)
+	g2.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false)
 	g2.connectBuffers()
 	if g2.subSize != 256+1514+36 {
 		t.Errorf("sub-allocation %d for an out-of-range MTU", g2.subSize)
@@ -181,7 +182,7 @@ func TestNetVSPReceiveSectionSizeFromMTU(t *testing.T) {
 
 func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 1, RecvBuffer: 1 << 20, SendBuffer: 1 << 20}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketFilterDefault)
 	var mac [6]byte
 	copy(mac[:], g.nic.MAC())
@@ -244,7 +245,7 @@ func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 
 func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketFilterDefault)
 	src := [6]byte{0x00, 0x15, 0x5d, 1, 2, 3}
 	dst := [6]byte{0x02, 0, 0, 0, 0, 9}
@@ -265,13 +266,13 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 		}
 		sec = append(sec, m...)
 	}
-	if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, sec)); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, sec)); st != nvsp.StatusSuccess {
 		t.Fatalf("section send: %v", st)
 	}
 	// A 3000-byte frame GPA-direct across pages.
 	big := udpFrame(dst, src, 3000, 1514)
 	want = append(want, big)
-	if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(big, nil))); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(big, nil))); st != nvsp.StatusSuccess {
 		t.Fatalf("GPA send: %v", st)
 	}
 	got := g.port.wait(t, len(want))
@@ -289,13 +290,13 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 
 func TestNetVSPGPARangeOutsideGuestMemoryFailsTheSend(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	hdr := vmbus.GPAHeader(nil, 1)
 	hdr = vmbus.AppendGPARange(hdr, 100, 0, []uint64{uint64(len(g.mem)/4096) + 5})
 	tid := g.newTID()
 	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr,
-		netvsc.NVSPRNDISPacket{SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(nil))
-	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+		nvsp.RNDISPacket{SectionIndex: nvsp.NoSection}.Marshal(nil))
+	if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 		t.Errorf("status %v", st)
 	}
 	if g.violations("outside guest memory") == 0 {
@@ -305,11 +306,11 @@ func TestNetVSPGPARangeOutsideGuestMemoryFailsTheSend(t *testing.T) {
 
 func TestNetVSPDropsInFrameVLANTagAndInsertsPPITag(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 4000, 64)
 	tagged := insertVLAN(nil, f, 0x2064)
 	// In-frame tag: dropped, the send still completes.
-	if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(tagged, nil))); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(tagged, nil))); st != nvsp.StatusSuccess {
 		t.Errorf("status %v", st)
 	}
 	if g.violations("in-frame 802.1Q") != 1 || g.nic.Stats().TxDropped != 1 {
@@ -318,7 +319,7 @@ func TestNetVSPDropsInFrameVLANTagAndInsertsPPITag(t *testing.T) {
 	// The VLAN per-packet info: the host puts the tag into the frame.
 	var info netvsc.PacketInfo
 	info.SetVLAN(netvsc.VLANInfoFromTCI(0x2064))
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, &info)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, &info)))
 	got := g.port.wait(t, 1)[0]
 	if !bytes.Equal(got, tagged) {
 		t.Errorf("tagged frame %x, want %x", got, tagged)
@@ -368,7 +369,7 @@ func tcpFrame(v6 bool, payload int) []byte {
 
 func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	p := netvsc.OffloadParameters{Header: netvsc.OffloadParametersHeader(g.version), LSOv2IPv4: netvsc.NDISOffloadParametersEnabled, LSOv2IPv6: netvsc.NDISOffloadParametersEnabled}
 	if st := g.set(netvsc.OIDTCPOffloadParameters, p.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
 		t.Fatalf("offload parameters: %v", st)
@@ -384,7 +385,7 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 		info.SetLSO(netvsc.NewLSOv2(mss, 14+l3, v6))
 		nseg := (5000 + mss - 1) / mss
 		before := g.port.count()
-		if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+		if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
 			t.Fatalf("LSO send: %v", st)
 		}
 		segs := g.port.wait(t, before+nseg)[before:]
@@ -419,7 +420,7 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 	} {
 		var info netvsc.PacketInfo
 		info.SetLSO(tc.lso)
-		g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
+		g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
 		if g.violations(tc.kind) == 0 {
 			t.Errorf("%s: no violation; have %v", tc.name, g.h.Violations())
 		}
@@ -428,23 +429,23 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 
 func TestNetVSPLSOWithoutEnablingIsViolation(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	var info netvsc.PacketInfo
 	info.SetLSO(netvsc.NewLSOv2(1000, 34, false))
-	g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
+	g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
 	if g.violations("without LSOv2 enabled") != 1 {
 		t.Errorf("violations %v", g.h.Violations())
 	}
 }
 
 // openSubchannels requests n sub-channels and maps the ones that open.
-func (g *tguest) openSubchannels(n uint32) netvsc.NVSPSubchannelComplete {
+func (g *tguest) openSubchannels(n uint32) nvsp.SubchannelComplete {
 	g.t.Helper()
-	var sc netvsc.NVSPSubchannelComplete
-	if err := sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: n}.Marshal(nil))); err != nil {
+	var sc nvsp.SubchannelComplete
+	if err := sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: n}.Marshal(nil))); err != nil {
 		g.t.Fatal(err)
 	}
-	if sc.Status != netvsc.NVSPStatSuccess || sc.Count == 0 {
+	if sc.Status != nvsp.StatusSuccess || sc.Count == 0 {
 		return sc
 	}
 	ctx, cancel := contextTimeout(tgWait)
@@ -465,16 +466,16 @@ func (g *tguest) openSubchannels(n uint32) netvsc.NVSPSubchannelComplete {
 
 func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketFilterDefault)
 	if sc := g.openSubchannels(3); sc.Count != 3 || len(g.chs) != 4 {
 		t.Fatalf("granted %+v, open %d", sc, len(g.chs))
 	}
 	// The send indirection table follows once all are open.
 	p := g.next(0, func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg5TypeSendIndirectionTable
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendIndirectionTable
 	})
-	var tab netvsc.NVSPIndirectionTable
+	var tab nvsp.IndirectionTable
 	if err := tab.Unmarshal(p.payload()); err != nil || tab.Table[5] != 1 || tab.Table[7] != 3 {
 		t.Fatalf("table %+v %v", tab, err)
 	}
@@ -552,30 +553,30 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 func TestNetVSPSubchannelGrants(t *testing.T) {
 	t.Run("partial", func(t *testing.T) {
 		g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 3}})
-		g.handshake(netvsc.NVSPProtocolVersion61)
-		if sc := g.openSubchannels(7); sc.Status != netvsc.NVSPStatSuccess || sc.Count != 2 || len(g.chs) != 3 {
+		g.handshake(nvsp.Version61)
+		if sc := g.openSubchannels(7); sc.Status != nvsp.StatusSuccess || sc.Count != 2 || len(g.chs) != 3 {
 			t.Errorf("grant %+v, open %d", sc, len(g.chs))
 		}
 		// A second request in the session fails.
-		var sc netvsc.NVSPSubchannelComplete
-		sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil)))
-		if sc.Status != netvsc.NVSPStatFail || g.violations("second SUBCHANNEL") != 1 {
+		var sc nvsp.SubchannelComplete
+		sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 1}.Marshal(nil)))
+		if sc.Status != nvsp.StatusFail || g.violations("second SUBCHANNEL") != 1 {
 			t.Errorf("second request %+v; %v", sc, g.h.Violations())
 		}
 	})
 	t.Run("failed", func(t *testing.T) {
 		g := newTGuest(t, tguestOpts{nic: NICConfig{FailSubchannels: true}})
-		g.handshake(netvsc.NVSPProtocolVersion61)
-		if sc := g.openSubchannels(3); sc.Status != netvsc.NVSPStatFail || sc.Count != 0 {
+		g.handshake(nvsp.Version61)
+		if sc := g.openSubchannels(3); sc.Status != nvsp.StatusFail || sc.Count != 0 {
 			t.Errorf("grant %+v", sc)
 		}
 		g.noViolations()
 	})
 	t.Run("never opens", func(t *testing.T) {
 		g := newTGuest(t, tguestOpts{nic: NICConfig{NeverOpen: 1, SubchannelDelay: 5 * time.Millisecond}})
-		g.handshake(netvsc.NVSPProtocolVersion61)
-		var sc netvsc.NVSPSubchannelComplete
-		sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 2}.Marshal(nil)))
+		g.handshake(nvsp.Version61)
+		var sc nvsp.SubchannelComplete
+		sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 2}.Marshal(nil)))
 		ctx, cancel := contextTimeout(300 * time.Millisecond)
 		defer cancel()
 		chs, _ := g.hd.OpenSubchannels(ctx, 2)
@@ -592,7 +593,7 @@ func TestNetVSPSubchannelGrants(t *testing.T) {
 func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 	const spacing = 60 * time.Millisecond
 	g := newTGuest(t, tguestOpts{nic: NICConfig{LinkSpacing: spacing}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketFilterDefault)
 	var times []time.Time
 	var kinds []netvsc.RNDISStatus
@@ -627,7 +628,7 @@ func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 func TestNetVSPSlowControlRepliesArriveAfterTheDelay(t *testing.T) {
 	const delay = 80 * time.Millisecond
 	g := newTGuest(t, tguestOpts{nic: NICConfig{ControlDelay: delay}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	start := time.Now()
 	g.query(netvsc.OIDGenLinkSpeed, nil)
 	if d := time.Since(start); d < delay {
@@ -637,26 +638,26 @@ func TestNetVSPSlowControlRepliesArriveAfterTheDelay(t *testing.T) {
 
 func TestNetVSPVFAssociationAndDataPathSwitch(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{VF: 7, VFDelay: 10 * time.Millisecond}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	isVF := func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSendVFAssociation
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendVFAssociation
 	}
 	p := g.next(0, isVF)
-	var a netvsc.NVSPVFAssociation
+	var a nvsp.VFAssociation
 	if err := a.Unmarshal(p.payload()); err != nil || a.Allocated != 1 || a.Serial != 7 {
 		t.Fatalf("VF association %+v %v", a, err)
 	}
 	// Linux >= 5.12 waits for an empty completion.
-	c := g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathVF}.Marshal(nil), true))
+	c := g.completion(g.nvsp(nvsp.SwitchDataPath{ActiveDataPath: nvsp.DataPathVF}.Marshal(nil), true))
 	if len(c.payload()) != 0 || !g.nic.Stats().DataPathVF {
 		t.Errorf("switch completion %d bytes", len(c.payload()))
 	}
 	g.nic.SetVF(false)
 	sw := g.next(0, func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSwitchDataPath
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSwitchDataPath
 	})
-	var m netvsc.NVSPSwitchDataPath
-	if m.Unmarshal(sw.payload()); m.ActiveDataPath != netvsc.DataPathSynthetic || sw.tid != hostRequestTID|1 {
+	var m nvsp.SwitchDataPath
+	if m.Unmarshal(sw.payload()); m.ActiveDataPath != nvsp.DataPathSynthetic || sw.tid != hostRequestTID|1 {
 		t.Errorf("host switch %+v tid %#x", m, sw.tid)
 	}
 	p = g.next(0, isVF)
@@ -668,7 +669,7 @@ func TestNetVSPVFAssociationAndDataPathSwitch(t *testing.T) {
 
 func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{RingSize: 8 << 10, SubchannelRingSize: 8 << 10, MaxQueues: 1}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketTypePromiscuous)
 	mac := [6]byte(g.nic.MAC())
 	var frames [][]byte
@@ -695,7 +696,7 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 		}
 		if p.Type == vmbus.PacketTransferPage {
 			got += p.RangeCount()
-			c.Out().Write(vmbus.PacketCompletion, 0, p.TransID, nil, netvsc.NVSPRNDISComplete{Status: netvsc.NVSPStatSuccess}.Marshal(nil))
+			c.Out().Write(vmbus.PacketCompletion, 0, p.TransID, nil, nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil))
 			c.Out().Commit() // no signal either; the host finds it on its timeout
 		}
 	}
@@ -709,7 +710,7 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 
 func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketTypePromiscuous)
 	g.nic.Deliver([][]byte{udpFrame([6]byte{}, [6]byte{2}, 1, 64)})
 	g.data(0) // read, never acked
@@ -722,12 +723,12 @@ func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
 
 func TestNetVSPReopenStartsAFreshSession(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.close()
 	g.backlog = nil
 	g.open(0)
-	g.handshake(netvsc.NVSPProtocolVersion6)
-	if st := g.nic.Stats(); st.Opens != 2 || st.NVSPVersion != netvsc.NVSPProtocolVersion6 {
+	g.handshake(nvsp.Version6)
+	if st := g.nic.Stats(); st.Opens != 2 || st.NVSPVersion != nvsp.Version6 {
 		t.Errorf("stats %+v", st)
 	}
 	g.noViolations()
@@ -735,7 +736,7 @@ func TestNetVSPReopenStartsAFreshSession(t *testing.T) {
 
 func TestNetVSPProcMemoryModelReadsTheGuestProcess(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{Memory: GuestMemProc}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	// The guest is this process: its page frame numbers are its virtual
 	// pages.
 	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 5000, 900)
@@ -747,8 +748,8 @@ func TestNetVSPProcMemoryModelReadsTheGuestProcess(t *testing.T) {
 	hdr := vmbus.GPAHeader(nil, 1)
 	hdr = vmbus.AppendGPARange(hdr, uint32(len(msg)), off, []uint64{pfn, pfn + 1}[:int((uint64(off)+uint64(len(msg))+4095)/4096)])
 	tid := g.newTID()
-	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr, netvsc.NVSPRNDISPacket{SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(nil))
-	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatSuccess {
+	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr, nvsp.RNDISPacket{SectionIndex: nvsp.NoSection}.Marshal(nil))
+	if st := g.sendStatus(0, tid); st != nvsp.StatusSuccess {
 		t.Fatalf("status %v", st)
 	}
 	if got := g.port.wait(t, 1)[0]; !bytes.Equal(got, f) {

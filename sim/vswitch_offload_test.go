@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/csum"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 )
 
 // offloadCapture is a capturePort that takes offloads and records them.
@@ -62,7 +63,7 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 	if err := g.nic.Attach(port); err != nil {
 		t.Fatal(err)
 	}
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketFilterDefault)
 	enableLSO(t, g)
 	sent := 0
@@ -76,7 +77,7 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 		}
 		var info netvsc.PacketInfo
 		info.SetLSO(netvsc.NewLSOv2(1400, l4, v6))
-		if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+		if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
 			t.Fatalf("LSO send: %v", st)
 		}
 		sent++
@@ -102,14 +103,14 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 	f := tcpFrame(false, 300)
 	var info netvsc.PacketInfo
 	info.SetChecksum(uint32(netvsc.NewTxChecksum(netvsc.TxChecksumIPv4|netvsc.TxChecksumIPHeader|netvsc.TxChecksumTCP, 34)))
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, &info)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, &info)))
 	got := port.wait(t, 3)[2]
 	o := port.offloads()[2]
 	if o != (FrameOffload{CsumStart: 34, CsumOffset: 16}) || rxChecksum(finish(got, o)) != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
 		t.Errorf("checksum request: offload %+v, checksums %#x", o, rxChecksum(finish(got, o)))
 	}
 	// A batch of frames with nothing to do goes through Transmit.
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 2000, 100), nil)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 2000, 100), nil)))
 	port.wait(t, 4)
 	if n := len(port.offloads()); n != 3 {
 		t.Errorf("%d frames through TransmitOffload, want 3", n)
@@ -124,14 +125,14 @@ func TestPortWithoutOffloadsGetsSegments(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	port := &offloadCapture{capturePort: newCapturePort(), takes: false}
 	g.nic.Attach(port)
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.setFilter(netvsc.NDISPacketFilterDefault)
 	enableLSO(t, g)
 	f := tcpFrame(false, 5000)
 	f[16], f[17] = 0, 0
 	var info netvsc.PacketInfo
 	info.SetLSO(netvsc.NewLSOv2(1400, 34, false))
-	if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
 		t.Fatalf("LSO send: %v", st)
 	}
 	var payload []byte
