@@ -9,6 +9,7 @@ import (
 	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -93,7 +94,7 @@ type Config struct {
 	Promiscuous bool
 	// NoOffloads leaves the host's checksum and LSO offloads off.
 	NoOffloads bool
-	// RSSKey is the 40-byte Toeplitz key (nil: Microsoft's default).
+	// RSSKey is the 40-byte rndis.Toeplitz key (nil: Microsoft's default).
 	RSSKey []byte
 	// VF says whether the NIC pairs and drives the accelerated-networking
 	// VF the host associates with it (vf.go): VFOff (the zero value),
@@ -160,8 +161,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
-	if c.RSSKey != nil && len(c.RSSKey) != RSSHashKeySize {
-		return c, fmt.Errorf("netvsc: RSS key of %d bytes, want %d", len(c.RSSKey), RSSHashKeySize)
+	if c.RSSKey != nil && len(c.RSSKey) != rndis.RSSHashKeySize {
+		return c, fmt.Errorf("netvsc: RSS key of %d bytes, want %d", len(c.RSSKey), rndis.RSSHashKeySize)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -305,7 +306,7 @@ func (n *NIC) hostEvent(name string) {
 // bits) at run time.
 func (n *NIC) SetPacketFilter(ctx context.Context, filter uint32) error {
 	s := n.session()
-	return s.ctl.setUint32(ctx, OIDGenCurrentPacketFilter, filter)
+	return s.ctl.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, filter)
 }
 
 // QueryLink asks the host for the link state and speed now.
@@ -517,10 +518,10 @@ func (s *session) teardown() {
 	t := min(s.cfg.ControlTimeout, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), t)
 	defer cancel()
-	if err := c.setUint32(ctx, OIDGenCurrentPacketFilter, NDISPacketTypeNone); err != nil {
+	if err := c.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, rndis.NDISPacketTypeNone); err != nil {
 		s.log.Debug("teardown: packet filter", "err", err)
 	}
-	if err := c.rndisNoReply(ctx, RNDISHalt{RequestID: c.nextRID()}.Marshal(nil)); err != nil {
+	if err := c.rndisNoReply(ctx, rndis.Halt{RequestID: c.nextRID()}.Marshal(nil)); err != nil {
 		s.log.Debug("teardown: halt", "err", err)
 	}
 	c.inband(nvsp.RevokeRecvBuf{ID: nvsp.RecvBufID}.Marshal(nil))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -188,7 +189,7 @@ func TestOpenReflectRoundTrip(t *testing.T) {
 	hs := sn.Stats()
 	t.Logf("guest %+v", q)
 	t.Logf("host tx %d rx %d sends %d transfers %d", hs.TxPackets, hs.RxPackets, hs.TxSends, hs.RxTransfers)
-	if hs.PacketFilter != netvsc.NDISPacketFilterDefault {
+	if hs.PacketFilter != rndis.NDISPacketFilterDefault {
 		t.Errorf("filter %#x", hs.PacketFilter)
 	}
 	if err := n.Close(); err != nil {

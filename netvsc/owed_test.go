@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -48,7 +49,7 @@ func TestFloodWithoutReadingCompletionsIsCountedNotGrown(t *testing.T) {
 	const count = 64
 	q := unreadQueue(t, count, 1024) // room for fewer than count completions
 	for tid := range count {
-		PutRNDISPacket(q.s.recv[tid*2048:], nil, make([]byte, 100))
+		rndis.PutPacket(q.s.recv[tid*2048:], nil, make([]byte, 100))
 	}
 	accepted, dups := 0, 0
 	for range 4 {
@@ -184,9 +185,9 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 	q.initAcks()
 
 	sent, reused := []byte("frame 1 from the host"), []byte("frame 2 from the host") // as long: the range fits both
-	ind := RNDISIndicateStatus{Status: RNDISStatusMediaConnect}.Marshal(nil)
+	ind := rndis.IndicateStatus{Status: rndis.StatusMediaConnect}.Marshal(nil)
 	copy(s.recv[0:], ind) // from the control sub-allocations
-	n, err := PutRNDISPacket(s.recv[tid*sub:], nil, sent)
+	n, err := rndis.PutPacket(s.recv[tid*sub:], nil, sent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 		q.sendAcks(true)
 		for _, done := range completions() {
 			early++
-			if _, err := PutRNDISPacket(s.recv[done*sub:], nil, reused); err != nil {
+			if _, err := rndis.PutPacket(s.recv[done*sub:], nil, reused); err != nil {
 				t.Error(err)
 			}
 		}

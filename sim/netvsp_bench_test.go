@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -19,7 +19,7 @@ func benchGuest(b *testing.B) *tguest {
 	g := newTGuest(b, tguestOpts{nic: NICConfig{RecvBuffer: DefaultRecvBuffer, SendBuffer: DefaultSendBuffer,
 		RingSize: DefaultRingSize, SubchannelRingSize: DefaultRingSize, MaxQueues: 1}})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	return g
 }
 

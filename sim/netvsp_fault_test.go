@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -16,7 +16,7 @@ import (
 func readyGuest(t *testing.T, cfg NICConfig) *tguest {
 	g := newTGuest(t, tguestOpts{nic: cfg})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	return g
 }
 
@@ -101,7 +101,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g.nic.SetFault(NICFaultRNDISLength, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			_, err := netvsc.ParseRNDISPacket(msg)
+			_, err := rndis.ParsePacket(msg)
 			return wantKind(err, protoerr.KindLength)
 		},
 		NICFaultRNDISOffset: func(t *testing.T) error {
@@ -109,7 +109,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g.nic.SetFault(NICFaultRNDISOffset, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			_, err := netvsc.ParseRNDISPacket(msg)
+			_, err := rndis.ParsePacket(msg)
 			return wantKind(err, protoerr.KindRange)
 		},
 		NICFaultRNDISDataLength: func(t *testing.T) error {
@@ -117,7 +117,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g.nic.SetFault(NICFaultRNDISDataLength, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			_, err := netvsc.ParseRNDISPacket(msg)
+			_, err := rndis.ParsePacket(msg)
 			return wantKind(err, protoerr.KindDataLength)
 		},
 		NICFaultBadPPI: func(t *testing.T) error {
@@ -125,7 +125,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g.nic.SetFault(NICFaultBadPPI, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			pkt, err := netvsc.ParseRNDISPacket(msg)
+			pkt, err := rndis.ParsePacket(msg)
 			if err != nil {
 				return err
 			}
@@ -137,7 +137,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g.nic.SetFault(NICFaultRNDISType, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			if typ, _ := netvsc.RNDISMessageType(msg); typ != 0x7777 {
+			if typ, _ := rndis.MessageType(msg); typ != 0x7777 {
 				return fmt.Errorf("type %v", typ)
 			}
 			return nil
@@ -234,8 +234,8 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISRequestID, true)
 			id := g.newRID()
-			b := g.rndis(netvsc.RNDISQuery{RequestID: id, OID: netvsc.OIDGenLinkSpeed}.Marshal(nil))
-			if _, got, _ := netvsc.RNDISCompletionRequestID(b); got == id {
+			b := g.rndis(rndis.Query{RequestID: id, OID: rndis.OIDGenLinkSpeed}.Marshal(nil))
+			if _, got, _ := rndis.CompletionRequestID(b); got == id {
 				return fmt.Errorf("request id %d unchanged", got)
 			}
 			return nil
@@ -243,7 +243,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultRNDISStatus: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISStatus, true)
-			if c := g.query(netvsc.OIDGenLinkSpeed, nil); c.Status != netvsc.RNDISStatusFailure {
+			if c := g.query(rndis.OIDGenLinkSpeed, nil); c.Status != rndis.StatusFailure {
 				return fmt.Errorf("status %v", c.Status)
 			}
 			return nil
@@ -251,23 +251,23 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultRNDISQueryInfo: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISQueryInfo, true)
-			b := g.rndis(netvsc.RNDISQuery{RequestID: g.newRID(), OID: netvsc.OIDGenLinkSpeed}.Marshal(nil))
-			var c netvsc.RNDISQueryCmplt
+			b := g.rndis(rndis.Query{RequestID: g.newRID(), OID: rndis.OIDGenLinkSpeed}.Marshal(nil))
+			var c rndis.QueryComplete
 			return wantKind(c.Unmarshal(b), protoerr.KindRange)
 		},
 		NICFaultBadIndication: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{LinkSpacing: time.Millisecond})
 			g.nic.SetFault(NICFaultBadIndication, true)
 			g.nic.SetLink(false)
-			var m netvsc.RNDISIndicateStatus
+			var m rndis.IndicateStatus
 			return wantKind(m.Unmarshal(g.control()), protoerr.KindRange)
 		},
 		NICFaultKeepalive: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultKeepalive, true)
-			g.query(netvsc.OIDGenLinkSpeed, nil)
+			g.query(rndis.OIDGenLinkSpeed, nil)
 			b := g.control()
-			if typ, _ := netvsc.RNDISMessageType(b); typ != netvsc.RNDISMsgKeepalive {
+			if typ, _ := rndis.MessageType(b); typ != rndis.TypeKeepalive {
 				return fmt.Errorf("message %v", typ)
 			}
 			return nil
@@ -295,18 +295,18 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultLinkFlap: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{LinkSpacing: 5 * time.Millisecond})
 			g.nic.SetFault(NICFaultLinkFlap, true)
-			var seen []netvsc.RNDISStatus
+			var seen []rndis.Status
 			for len(seen) < 4 {
-				var m netvsc.RNDISIndicateStatus
+				var m rndis.IndicateStatus
 				if m.Unmarshal(g.control()) == nil {
 					seen = append(seen, m.Status)
 				}
 			}
 			g.nic.SetFault(NICFaultLinkFlap, false)
 			for i, s := range seen {
-				want := netvsc.RNDISStatusMediaDisconnect
+				want := rndis.StatusMediaDisconnect
 				if i%2 == 1 {
-					want = netvsc.RNDISStatusMediaConnect
+					want = rndis.StatusMediaConnect
 				}
 				if s != want {
 					return fmt.Errorf("indications %v", seen)

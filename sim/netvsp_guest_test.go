@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -396,7 +396,7 @@ func (g *tguest) rndis(req []byte) []byte {
 	}
 	for {
 		b := g.control()
-		if t, _ := netvsc.RNDISMessageType(b); t != netvsc.RNDISMsgIndicateStatus {
+		if t, _ := rndis.MessageType(b); t != rndis.TypeIndicateStatus {
 			return b
 		}
 	}
@@ -404,18 +404,18 @@ func (g *tguest) rndis(req []byte) []byte {
 
 func (g *tguest) rndisInit() {
 	g.t.Helper()
-	var c netvsc.RNDISInitializeCmplt
-	b := g.rndis(netvsc.RNDISInitialize{RequestID: g.newRID(), MajorVersion: 1, MaxTransferSize: 0x4000}.Marshal(nil))
-	if err := c.Unmarshal(b); err != nil || c.Status != netvsc.RNDISStatusSuccess {
+	var c rndis.InitializeComplete
+	b := g.rndis(rndis.Initialize{RequestID: g.newRID(), MajorVersion: 1, MaxTransferSize: 0x4000}.Marshal(nil))
+	if err := c.Unmarshal(b); err != nil || c.Status != rndis.StatusSuccess {
 		g.t.Fatalf("RNDIS INITIALIZE: %v %v", err, c.Status)
 	}
 }
 
-func (g *tguest) query(oid netvsc.OID, in []byte) netvsc.RNDISQueryCmplt {
+func (g *tguest) query(oid rndis.OID, in []byte) rndis.QueryComplete {
 	g.t.Helper()
 	id := g.newRID()
-	var c netvsc.RNDISQueryCmplt
-	if err := c.Unmarshal(g.rndis(netvsc.RNDISQuery{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
+	var c rndis.QueryComplete
+	if err := c.Unmarshal(g.rndis(rndis.Query{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
 		g.t.Fatalf("QUERY %v: %v", oid, err)
 	}
 	if c.RequestID != id {
@@ -424,11 +424,11 @@ func (g *tguest) query(oid netvsc.OID, in []byte) netvsc.RNDISQueryCmplt {
 	return c
 }
 
-func (g *tguest) set(oid netvsc.OID, in []byte) netvsc.RNDISStatus {
+func (g *tguest) set(oid rndis.OID, in []byte) rndis.Status {
 	g.t.Helper()
 	id := g.newRID()
-	var c netvsc.RNDISSetCmplt
-	if err := c.Unmarshal(g.rndis(netvsc.RNDISSet{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
+	var c rndis.SetComplete
+	if err := c.Unmarshal(g.rndis(rndis.Set{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
 		g.t.Fatalf("SET %v: %v", oid, err)
 	}
 	return c.Status
@@ -436,7 +436,7 @@ func (g *tguest) set(oid netvsc.OID, in []byte) netvsc.RNDISStatus {
 
 func (g *tguest) setFilter(f uint32) {
 	g.t.Helper()
-	if st := g.set(netvsc.OIDGenCurrentPacketFilter, netvsc.AppendInfoUint32(nil, f)); st != netvsc.RNDISStatusSuccess {
+	if st := g.set(rndis.OIDGenCurrentPacketFilter, rndis.AppendInfoUint32(nil, f)); st != rndis.StatusSuccess {
 		g.t.Fatalf("packet filter: %v", st)
 	}
 }
@@ -446,7 +446,7 @@ type rxFrame struct {
 	ch    int
 	tid   uint64
 	frame []byte
-	info  netvsc.PacketInfo
+	info  rndis.PacketInfo
 }
 
 // data waits for the next data transfer-page packet on channel ch.
@@ -481,7 +481,7 @@ func (g *tguest) frames(p *gpkt) []rxFrame {
 			g.t.Fatalf("range %+v outside the receive buffer", r)
 		}
 		msg := slices.Clone(g.recv[r.offset : r.offset+r.count])
-		pkt, err := netvsc.ParseRNDISPacket(msg)
+		pkt, err := rndis.ParsePacket(msg)
 		if err != nil {
 			g.t.Fatalf("received PACKET_MSG: %v", err)
 		}
@@ -507,9 +507,9 @@ func (g *tguest) recvFrames(ch, n int) []rxFrame {
 }
 
 // rndisPacket builds a PACKET_MSG for frame with info.
-func rndisPacket(frame []byte, info *netvsc.PacketInfo) []byte {
-	b := make([]byte, netvsc.RNDISPacketLen(info, len(frame)))
-	if _, err := netvsc.PutRNDISPacket(b, info, frame); err != nil {
+func rndisPacket(frame []byte, info *rndis.PacketInfo) []byte {
+	b := make([]byte, rndis.PacketLen(info, len(frame)))
+	if _, err := rndis.PutPacket(b, info, frame); err != nil {
 		panic(err)
 	}
 	return b

@@ -33,8 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -74,8 +74,8 @@ func (c *sessCfg) partition(q int) (lo, hi uint32) {
 
 // rssState is the guest's RSS configuration.
 type rssState struct {
-	key   [netvsc.RSSHashKeySize]byte
-	types netvsc.HashInfo
+	key   [rndis.RSSHashKeySize]byte
+	types rndis.HashInfo
 	table []uint32
 }
 
@@ -268,15 +268,15 @@ func (ss *nicSession) deliver(frames [][]byte) int {
 			st.rxTooBig.Add(1)
 			continue
 		}
-		q, hash, typ := 0, uint32(0), netvsc.HashInfo(0)
+		q, hash, typ := 0, uint32(0), rndis.HashInfo(0)
 		if r := cfg.rss; r != nil {
 			f2 := f
 			if _, tagged := frameTagged(f); tagged {
 				f2 = stripVLAN(nil, f)
 			}
 			if h, t, ok := rssInput(r.key[:], r.types, f2); ok {
-				hash, typ = h, t|netvsc.NDISHashFunctionToeplitz
-				q = int(netvsc.IndirectionLookup(r.table, h))
+				hash, typ = h, t|rndis.NDISHashFunctionToeplitz
+				q = int(rndis.IndirectionLookup(r.table, h))
 			}
 		}
 		if q >= len(chans) || chans[q] == nil {
@@ -633,11 +633,11 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 	switch ev.kind {
 	case evLink:
 		if cfg.rndisReady {
-			st := netvsc.RNDISStatusMediaDisconnect
+			st := rndis.StatusMediaDisconnect
 			if ev.up {
-				st = netvsc.RNDISStatusMediaConnect
+				st = rndis.StatusMediaConnect
 			}
-			ss.indicate(netvsc.RNDISIndicateStatus{Status: st})
+			ss.indicate(rndis.IndicateStatus{Status: st})
 		}
 	case evVF:
 		ss.offerVF(ch, ev.up)
@@ -733,7 +733,7 @@ func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 }
 
 // indicate queues an INDICATE_STATUS for the guest (no delay).
-func (ss *nicSession) indicate(m netvsc.RNDISIndicateStatus) {
+func (ss *nicSession) indicate(m rndis.IndicateStatus) {
 	b := m.Marshal(nil)
 	if ss.n.faults.take(NICFaultBadIndication) {
 		le32put(b[12:], uint32(len(b))) // status buffer length past the message

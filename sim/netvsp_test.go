@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -28,34 +28,34 @@ func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
 		t.Errorf("send section %d", g.secSize)
 	}
 	g.setFilter(0)
-	c := g.query(netvsc.OIDGenMaximumFrameSize, nil)
-	if v, _ := netvsc.ParseInfoUint32(c.Info); v != 1500 {
+	c := g.query(rndis.OIDGenMaximumFrameSize, nil)
+	if v, _ := rndis.ParseInfoUint32(c.Info); v != 1500 {
 		t.Errorf("MAXIMUM_FRAME_SIZE %d", v)
 	}
-	c = g.query(netvsc.OID8023PermanentAddress, nil)
+	c = g.query(rndis.OID8023PermanentAddress, nil)
 	if !bytes.Equal(c.Info, g.nic.MAC()) {
 		t.Errorf("PERMANENT_ADDRESS %x, want %s", c.Info, g.nic.MAC())
 	}
-	c = g.query(netvsc.OIDGenReceiveScaleCapabilities, netvsc.RSSCapabilitiesQueryHeader().Marshal(nil))
-	var caps netvsc.RSSCapabilities
+	c = g.query(rndis.OIDGenReceiveScaleCapabilities, rndis.RSSCapabilitiesQueryHeader().Marshal(nil))
+	var caps rndis.RSSCapabilities
 	if err := caps.Unmarshal(c.Info); err != nil || caps.NumIndirectionEntries != 128 || caps.NumReceiveQueues != DefaultMaxQueues {
 		t.Errorf("RSS caps %+v %v", caps, err)
 	}
-	c = g.query(netvsc.OIDTCPOffloadHardwareCapabilities, netvsc.OffloadQueryHeader(g.version).Marshal(nil))
-	var off netvsc.Offload
-	if err := off.Unmarshal(c.Info); err != nil || off.LSOv2.IPv4MaxSize != netvsc.HostLSOv2MaxSize {
+	c = g.query(rndis.OIDTCPOffloadHardwareCapabilities, rndis.OffloadQueryHeader(g.version).Marshal(nil))
+	var off rndis.Offload
+	if err := off.Unmarshal(c.Info); err != nil || off.LSOv2.IPv4MaxSize != rndis.HostLSOv2MaxSize {
 		t.Errorf("offload %+v %v", off, err)
 	}
-	g.setFilter(netvsc.NDISPacketFilterDefault)
-	c = g.query(netvsc.OIDGenMediaConnectStatus, nil)
-	if v, _ := netvsc.ParseInfoUint32(c.Info); v != netvsc.NDISMediaStateConnected {
+	g.setFilter(rndis.NDISPacketFilterDefault)
+	c = g.query(rndis.OIDGenMediaConnectStatus, nil)
+	if v, _ := rndis.ParseInfoUint32(c.Info); v != rndis.NDISMediaStateConnected {
 		t.Errorf("link %d", v)
 	}
-	c = g.query(netvsc.OIDGenLinkSpeed, nil)
-	if v, _ := netvsc.ParseInfoUint32(c.Info); netvsc.LinkSpeed(v).Mbps() != 10000 {
+	c = g.query(rndis.OIDGenLinkSpeed, nil)
+	if v, _ := rndis.ParseInfoUint32(c.Info); rndis.LinkSpeed(v).Mbps() != 10000 {
 		t.Errorf("link speed %d", v)
 	}
-	if c := g.query(0x0badbeef, nil); c.Status != netvsc.RNDISStatusNotSupported {
+	if c := g.query(0x0badbeef, nil); c.Status != rndis.StatusNotSupported {
 		t.Errorf("unknown OID answered %v", c.Status)
 	}
 	g.noViolations()
@@ -121,14 +121,14 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 		{"NDIS config after the receive buffer", []step{init, config, ver, func(g *tguest) { g.connectBuffers() }, config}, "after SEND_RECV_BUF"},
 		{"RNDIS before the receive buffer", []step{init, config, ver, func(g *tguest) {
 			g.secSize, g.secCount = DefaultSendSectionSize, 10
-			tid := g.sendRNDIS(0, nvsp.RMCControl, netvsc.RNDISInitialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
+			tid := g.sendRNDIS(0, nvsp.RMCControl, rndis.Initialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
 			if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "before the receive buffer"},
 		{"RNDIS query before INITIALIZE", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
-			g.query(netvsc.OIDGenLinkSpeed, nil)
+			g.query(rndis.OIDGenLinkSpeed, nil)
 		}}, "QUERY before INITIALIZE"},
 		{"data before INITIALIZE", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
@@ -143,7 +143,7 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 		}}, "not allowed at the negotiated version"},
 		{"request id 0", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
-			g.rndis(netvsc.RNDISInitialize{RequestID: 0, MajorVersion: 1}.Marshal(nil))
+			g.rndis(rndis.Initialize{RequestID: 0, MajorVersion: 1}.Marshal(nil))
 		}}, "request id 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,7 +183,7 @@ func TestNetVSPReceiveSectionSizeFromMTU(t *testing.T) {
 func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 1, RecvBuffer: 1 << 20, SendBuffer: 1 << 20}})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	var mac [6]byte
 	copy(mac[:], g.nic.MAC())
 	// More frames than the partition has sub-allocations: without
@@ -209,7 +209,7 @@ func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 			if !bytes.Equal(f.frame, frames[got]) {
 				t.Fatalf("frame %d differs", got)
 			}
-			if f.info.Has&netvsc.InfoChecksum == 0 || netvsc.RxChecksum(f.info.Checksum)&netvsc.RxChecksumUDPOK == 0 {
+			if f.info.Has&rndis.InfoChecksum == 0 || rndis.RxChecksum(f.info.Checksum)&rndis.RxChecksumUDPOK == 0 {
 				t.Fatalf("frame %d: checksum info %+v", got, f.info)
 			}
 			got++
@@ -246,7 +246,7 @@ func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	src := [6]byte{0x00, 0x15, 0x5d, 1, 2, 3}
 	dst := [6]byte{0x02, 0, 0, 0, 0, 9}
 	// Eight aggregated packets in one section, each padded to 8 bytes as
@@ -256,7 +256,7 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 	for i := range 8 {
 		f := udpFrame(dst, src, uint16(2000+i), 60+i)
 		want = append(want, f)
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		info.SetHashValue(0)
 		m := rndisPacket(f, &info)
 		if i < 7 {
@@ -317,18 +317,18 @@ func TestNetVSPDropsInFrameVLANTagAndInsertsPPITag(t *testing.T) {
 		t.Errorf("violations %v stats %+v", g.h.Violations(), g.nic.Stats())
 	}
 	// The VLAN per-packet info: the host puts the tag into the frame.
-	var info netvsc.PacketInfo
-	info.SetVLAN(netvsc.VLANInfoFromTCI(0x2064))
+	var info rndis.PacketInfo
+	info.SetVLAN(rndis.VLANInfoFromTCI(0x2064))
 	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, &info)))
 	got := g.port.wait(t, 1)[0]
 	if !bytes.Equal(got, tagged) {
 		t.Errorf("tagged frame %x, want %x", got, tagged)
 	}
 	// And host to guest: the tag comes off the frame into the PPI.
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	g.nic.Deliver([][]byte{tagged})
 	rx := g.recvFrames(0, 1)[0]
-	if !bytes.Equal(rx.frame, f) || rx.info.Has&netvsc.InfoVLAN == 0 || rx.info.VLAN.TCI() != 0x2064 {
+	if !bytes.Equal(rx.frame, f) || rx.info.Has&rndis.InfoVLAN == 0 || rx.info.VLAN.TCI() != 0x2064 {
 		t.Errorf("received %x info %+v", rx.frame, rx.info)
 	}
 }
@@ -370,8 +370,8 @@ func tcpFrame(v6 bool, payload int) []byte {
 func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	p := netvsc.OffloadParameters{Header: netvsc.OffloadParametersHeader(g.version), LSOv2IPv4: netvsc.NDISOffloadParametersEnabled, LSOv2IPv6: netvsc.NDISOffloadParametersEnabled}
-	if st := g.set(netvsc.OIDTCPOffloadParameters, p.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	p := rndis.OffloadParameters{Header: rndis.OffloadParametersHeader(g.version), LSOv2IPv4: rndis.NDISOffloadParametersEnabled, LSOv2IPv6: rndis.NDISOffloadParametersEnabled}
+	if st := g.set(rndis.OIDTCPOffloadParameters, p.Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("offload parameters: %v", st)
 	}
 	for _, v6 := range []bool{false, true} {
@@ -380,9 +380,9 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 		if v6 {
 			l3 = 40
 		}
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		mss := 1500 - l3 - 20
-		info.SetLSO(netvsc.NewLSOv2(mss, 14+l3, v6))
+		info.SetLSO(rndis.NewLSOv2(mss, 14+l3, v6))
 		nseg := (5000 + mss - 1) / mss
 		before := g.port.count()
 		if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
@@ -392,7 +392,7 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 		var payload []byte
 		for i, s := range segs {
 			fl := parseFlow(s)
-			if fl.l4 != ipProtoTCP || rxChecksum(s)&(netvsc.RxChecksumTCPFailed|netvsc.RxChecksumIPFailed) != 0 {
+			if fl.l4 != ipProtoTCP || rxChecksum(s)&(rndis.RxChecksumTCPFailed|rndis.RxChecksumIPFailed) != 0 {
 				t.Fatalf("segment %d: bad headers or checksums", i)
 			}
 			if seq := be.Uint32(s[fl.l4off+4:]); seq != 1000+uint32(len(payload)) {
@@ -411,14 +411,14 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 	// Requests the host refuses: dropped and counted.
 	for _, tc := range []struct {
 		name string
-		lso  netvsc.LSOInfo
+		lso  rndis.LSOInfo
 		kind string
 	}{
-		{"mss 0", netvsc.NewLSOv2(0, 34, false), "MSS"},
-		{"wrong header offset", netvsc.NewLSOv2(1448, 30, false), "offset"},
-		{"IPv6 bit on IPv4", netvsc.NewLSOv2(1448, 34, true), "IPv6 bit"},
+		{"mss 0", rndis.NewLSOv2(0, 34, false), "MSS"},
+		{"wrong header offset", rndis.NewLSOv2(1448, 30, false), "offset"},
+		{"IPv6 bit on IPv4", rndis.NewLSOv2(1448, 34, true), "IPv6 bit"},
 	} {
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		info.SetLSO(tc.lso)
 		g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
 		if g.violations(tc.kind) == 0 {
@@ -430,8 +430,8 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 func TestNetVSPLSOWithoutEnablingIsViolation(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	var info netvsc.PacketInfo
-	info.SetLSO(netvsc.NewLSOv2(1000, 34, false))
+	var info rndis.PacketInfo
+	info.SetLSO(rndis.NewLSOv2(1000, 34, false))
 	g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
 	if g.violations("without LSOv2 enabled") != 1 {
 		t.Errorf("violations %v", g.h.Violations())
@@ -467,7 +467,7 @@ func (g *tguest) openSubchannels(n uint32) nvsp.SubchannelComplete {
 func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	if sc := g.openSubchannels(3); sc.Count != 3 || len(g.chs) != 4 {
 		t.Fatalf("granted %+v, open %d", sc, len(g.chs))
 	}
@@ -479,17 +479,17 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 	if err := tab.Unmarshal(p.payload()); err != nil || tab.Table[5] != 1 || tab.Table[7] != 3 {
 		t.Fatalf("table %+v %v", tab, err)
 	}
-	key := netvsc.MicrosoftRSSKey()
+	key := rndis.MicrosoftRSSKey()
 	table := make([]uint32, 128)
 	for i := range table {
 		table[i] = uint32(i % 4)
 	}
-	hash := netvsc.NDISHashFunctionToeplitz | netvsc.NDISHashIPv4 | netvsc.NDISHashTCPIPv4 | netvsc.NDISHashUDPIPv4
-	dis := netvsc.RSSParameters{Flags: netvsc.NDISRSSParamFlagDisableRSS}
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, dis.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	hash := rndis.NDISHashFunctionToeplitz | rndis.NDISHashIPv4 | rndis.NDISHashTCPIPv4 | rndis.NDISHashUDPIPv4
+	dis := rndis.RSSParameters{Flags: rndis.NDISRSSParamFlagDisableRSS}
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, dis.Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("disable: %v", st)
 	}
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], table).Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], table).Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("enable: %v", st)
 	}
 	gen := NewGenerator(GeneratorConfig{Flows: 64, Count: 256})
@@ -509,17 +509,17 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 					continue
 				}
 				for _, f := range g.frames(&p) {
-					if f.info.Has&(netvsc.InfoHashValue|netvsc.InfoHashInfo) != netvsc.InfoHashValue|netvsc.InfoHashInfo {
+					if f.info.Has&(rndis.InfoHashValue|rndis.InfoHashInfo) != rndis.InfoHashValue|rndis.InfoHashInfo {
 						t.Fatalf("no hash PPIs: %+v", f.info)
 					}
 					fl := parseFlow(f.frame)
 					src, _ := netip.AddrFromSlice(fl.src)
 					dst, _ := netip.AddrFromSlice(fl.dst)
-					want := netvsc.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.l4off:]), be.Uint16(f.frame[fl.l4off+2:]), true)
+					want := rndis.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.l4off:]), be.Uint16(f.frame[fl.l4off+2:]), true)
 					if f.info.HashValue != want || int(table[want%128]) != ch {
 						t.Fatalf("hash %#x on channel %d, want %#x on %d", f.info.HashValue, ch, want, table[want%128])
 					}
-					if f.info.HashInfo != netvsc.NDISHashFunctionToeplitz|netvsc.NDISHashUDPIPv4 {
+					if f.info.HashInfo != rndis.NDISHashFunctionToeplitz|rndis.NDISHashUDPIPv4 {
 						t.Fatalf("hash info %#x", f.info.HashInfo)
 					}
 					perCh[ch]++
@@ -533,19 +533,19 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 		t.Errorf("64 flows landed on %d channels: %v", len(perCh), perCh)
 	}
 	// Changing RSS without disabling first is the guest's violation.
-	g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], table).Marshal(nil))
+	g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], table).Marshal(nil))
 	if g.violations("without disabling") != 1 {
 		t.Errorf("violations %v", g.h.Violations())
 	}
 	// A table naming a channel that was not granted, or UDP-only hashing:
 	// 0xC000000D, as an Azure host answered.
-	g.set(netvsc.OIDGenReceiveScaleParameters, dis.Marshal(nil))
+	g.set(rndis.OIDGenReceiveScaleParameters, dis.Marshal(nil))
 	bad := slices.Clone(table)
 	bad[3] = 9
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], bad).Marshal(nil)); st != netvsc.RNDISStatusInvalidParameter {
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], bad).Marshal(nil)); st != rndis.StatusInvalidParameter {
 		t.Errorf("entry beyond the channels: %v", st)
 	}
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(netvsc.NDISHashFunctionToeplitz|netvsc.NDISHashUDPIPv4, key[:], table).Marshal(nil)); st != netvsc.RNDISStatusInvalidParameter {
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(rndis.NDISHashFunctionToeplitz|rndis.NDISHashUDPIPv4, key[:], table).Marshal(nil)); st != rndis.StatusInvalidParameter {
 		t.Errorf("UDP-only hash: %v", st)
 	}
 }
@@ -594,12 +594,12 @@ func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 	const spacing = 60 * time.Millisecond
 	g := newTGuest(t, tguestOpts{nic: NICConfig{LinkSpacing: spacing}})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	var times []time.Time
-	var kinds []netvsc.RNDISStatus
+	var kinds []rndis.Status
 	next := func() {
 		for {
-			var m netvsc.RNDISIndicateStatus
+			var m rndis.IndicateStatus
 			if err := m.Unmarshal(g.control()); err == nil {
 				kinds = append(kinds, m.Status)
 				times = append(times, time.Now())
@@ -613,13 +613,13 @@ func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 	next()
 	g.nic.SetLink(true)
 	next()
-	if kinds[0] != netvsc.RNDISStatusMediaDisconnect || kinds[1] != netvsc.RNDISStatusMediaConnect {
+	if kinds[0] != rndis.StatusMediaDisconnect || kinds[1] != rndis.StatusMediaConnect {
 		t.Errorf("indications %v", kinds)
 	}
 	if d := times[1].Sub(times[0]); d < spacing-5*time.Millisecond {
 		t.Errorf("indications %v apart, want at least %v", d, spacing)
 	}
-	if c := g.query(netvsc.OIDGenMediaConnectStatus, nil); binary.LittleEndian.Uint32(c.Info) != netvsc.NDISMediaStateConnected {
+	if c := g.query(rndis.OIDGenMediaConnectStatus, nil); binary.LittleEndian.Uint32(c.Info) != rndis.NDISMediaStateConnected {
 		t.Errorf("link state after reconnect")
 	}
 	g.noViolations()
@@ -630,7 +630,7 @@ func TestNetVSPSlowControlRepliesArriveAfterTheDelay(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{ControlDelay: delay}})
 	g.handshake(nvsp.Version61)
 	start := time.Now()
-	g.query(netvsc.OIDGenLinkSpeed, nil)
+	g.query(rndis.OIDGenLinkSpeed, nil)
 	if d := time.Since(start); d < delay {
 		t.Errorf("answer after %v, want at least %v", d, delay)
 	}
@@ -670,7 +670,7 @@ func TestNetVSPVFAssociationAndDataPathSwitch(t *testing.T) {
 func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{RingSize: 8 << 10, SubchannelRingSize: 8 << 10, MaxQueues: 1}})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	mac := [6]byte(g.nic.MAC())
 	var frames [][]byte
 	for range 600 {
@@ -711,7 +711,7 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	g.nic.Deliver([][]byte{udpFrame([6]byte{}, [6]byte{2}, 1, 64)})
 	g.data(0) // read, never acked
 	g.close()

@@ -18,9 +18,9 @@ package sim
 import (
 	"slices"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -183,12 +183,12 @@ func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) nvsp.Status {
 		}
 	}
 	ch.rndis = b[:0]
-	t, err := netvsc.RNDISMessageType(b)
+	t, err := rndis.MessageType(b)
 	if err != nil {
 		ss.violation("SEND_RNDIS_PKT with no RNDIS message")
 		return nvsp.StatusFail
 	}
-	if t != netvsc.RNDISMsgPacket {
+	if t != rndis.TypePacket {
 		if ch.idx != 0 {
 			ss.violation("RNDIS control message on a sub-channel")
 			return nvsp.StatusFail
@@ -247,12 +247,12 @@ func (ch *nicChan) handleData(b []byte, cfg *sessCfg) nvsp.Status {
 	}
 	status := nvsp.StatusSuccess
 	for count := 0; len(b) > 0; count++ {
-		t, ml, err := netvsc.ParseRNDISHeader(b)
+		t, ml, err := rndis.ParseHeader(b)
 		if err != nil {
 			ss.violation("bad RNDIS message length in a send")
 			return nvsp.StatusFail
 		}
-		if t != netvsc.RNDISMsgPacket {
+		if t != rndis.TypePacket {
 			ss.violation("RNDIS " + t.String() + " after a PACKET_MSG in one send")
 			return nvsp.StatusFail
 		}
@@ -262,7 +262,7 @@ func (ch *nicChan) handleData(b []byte, cfg *sessCfg) nvsp.Status {
 		if ml < len(b) && ml%(1<<alignFactor) != 0 {
 			ss.violation("aggregated PACKET_MSG not padded to the packet alignment")
 		}
-		pkt, err := netvsc.ParseRNDISPacket(b[:ml])
+		pkt, err := rndis.ParsePacket(b[:ml])
 		if err == nil {
 			err = pkt.Unsupported()
 		}
@@ -281,7 +281,7 @@ func (ch *nicChan) handleData(b []byte, cfg *sessCfg) nvsp.Status {
 // (or its segments) to the batch. A frame the host refuses is dropped
 // silently, as Hyper-V drops it (the send still completes with SUCCESS);
 // only malformed per-packet info fails the send (false).
-func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
+func (ch *nicChan) txFrame(pkt *rndis.Packet, cfg *sessCfg) bool {
 	ss := ch.ss
 	st := &ss.n.st
 	drop := func(what string) bool {
@@ -304,9 +304,9 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 	}
 	first := len(ch.tx.frames)
 	op := ss.n.offloadPort()
-	if info.Has&netvsc.InfoLSO != 0 {
+	if info.Has&rndis.InfoLSO != 0 {
 		fillLSOLength(f)
-		fl, err := checkLSO(f, info.LSO, netvsc.HostLSOv2MaxSize)
+		fl, err := checkLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
 		if err != nil {
 			return drop("bad LSO request: " + err.Error())
 		}
@@ -343,15 +343,15 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 			o = ch.tx.alloc(len(f))
 		}
 		copy(o, f)
-		if info.Has&netvsc.InfoChecksum != 0 {
+		if info.Has&rndis.InfoChecksum != 0 {
 			var err error
 			if op != nil {
 				var off FrameOffload
-				off, err = partialTxChecksum(o, netvsc.TxChecksum(info.Checksum))
+				off, err = partialTxChecksum(o, rndis.TxChecksum(info.Checksum))
 				ch.tx.offs[len(ch.tx.offs)-1] = off
 				ch.tx.work = ch.tx.work || off.CsumStart != 0
 			} else {
-				err = applyTxChecksum(o, netvsc.TxChecksum(info.Checksum))
+				err = applyTxChecksum(o, rndis.TxChecksum(info.Checksum))
 			}
 			if err != nil {
 				ch.tx.drop()
@@ -359,7 +359,7 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 			}
 		}
 	}
-	if info.Has&netvsc.InfoVLAN != 0 {
+	if info.Has&rndis.InfoVLAN != 0 {
 		for i := first; i < len(ch.tx.frames); i++ {
 			ch.tx.tag(i, info.VLAN.TCI())
 		}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/internal/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -23,7 +23,7 @@ func TestReflectorSendsFramesBackWithMACsSwapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	mac := [6]byte(g.nic.MAC())
 	peer := [6]byte{2, 0, 0, 0, 0, 5}
 	f := udpFrame(peer, mac, 3333, 200)
@@ -53,7 +53,7 @@ func TestPatchConnectsTwoNICs(t *testing.T) {
 	}
 	a.handshake(nvsp.Version61)
 	b.handshake(nvsp.Version61)
-	b.setFilter(netvsc.NDISPacketFilterDefault)
+	b.setFilter(rndis.NDISPacketFilterDefault)
 	f := udpFrame([6]byte(n2.MAC()), [6]byte(a.nic.MAC()), 4444, 128)
 	a.sendStatus(0, a.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, nil)))
 	if got := b.recvFrames(0, 1)[0].frame; !bytes.Equal(got, f) {
@@ -74,7 +74,7 @@ func TestPatchConnectsTwoNICs(t *testing.T) {
 func TestGeneratorSendsFlowsAndSinksGuestFrames(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	gen := NewGenerator(GeneratorConfig{Flows: 4, Sizes: []int{64, 300}, Count: 100})
 	if err := g.nic.Attach(gen); err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestTAPAndVethLetKernelToolsPingTheGuest(t *testing.T) {
 				t.Fatal(err)
 			}
 			g.handshake(nvsp.Version61)
-			g.setFilter(netvsc.NDISPacketFilterDefault)
+			g.setFilter(rndis.NDISPacketFilterDefault)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan int)
 			go func() { done <- g.answerPings(ctx, netip.MustParseAddr("10.77.0.2")) }()

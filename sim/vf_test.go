@@ -14,8 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -215,7 +215,7 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 	end := openGuestEnd(t, v)
 	g.handshake(nvsp.Version61)
 	g.vfAssociation(1)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	mac := [6]byte(g.nic.MAC())
 	peer := [6]byte{0x02, 0, 0, 0, 0, 1}
 	uni := udpFrame(mac, peer, 2000, 100)

@@ -12,6 +12,7 @@ import (
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/uio"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -37,7 +38,7 @@ func TestClassifyFollowsTheErrorContract(t *testing.T) {
 		{"uio rescind at open", fmt.Errorf("open: %w", uio.ErrRescinded), failRescind},
 		// The host refusing or not answering.
 		{"control timeout", fmt.Errorf("open: query link: %w", netvsc.ErrControlTimeout), failHost},
-		{"RNDIS failure status", fmt.Errorf("open: %w", &netvsc.RNDISError{Request: "SET packet filter", Status: netvsc.RNDISStatusFailure}), failHost},
+		{"RNDIS failure status", fmt.Errorf("open: %w", &netvsc.RNDISError{Request: "SET packet filter", Status: rndis.StatusFailure}), failHost},
 		{"NVSP failure status", fmt.Errorf("open: %w", &netvsc.NVSPError{Request: "SEND_RECV_BUF", Status: nvsp.StatusFail}), failHost},
 		{"failed control exchange of a running NIC", &netvsc.DeviceError{Err: errors.New("netvsc: control channel closed")}, failHost},
 		{"liveness probe", fmt.Errorf("%w: %w", errHostSilent, netvsc.ErrControlTimeout), failHost},

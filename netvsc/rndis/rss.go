@@ -1,4 +1,4 @@
-package netvsc
+package rndis
 
 import (
 	"net/netip"
@@ -261,7 +261,7 @@ func (p *RSSParameters) Unmarshal(b []byte) error {
 // accepted; otherwise the key must be 40 bytes (protoerr.KindRSSKey), the table
 // non-empty (protoerr.KindRSSTable) and every entry below queues (protoerr.KindRSSEntry).
 // Which hash types a host accepts (an Azure host refused UDP-only with
-// RNDISStatusInvalidParameter) is the host's own policy.
+// StatusInvalidParameter) is the host's own policy.
 func (p *RSSParameters) Validate(queues int) error {
 	const msg = "NDIS_RECEIVE_SCALE_PARAMETERS"
 	if p.Disabled() {

@@ -1,4 +1,4 @@
-package netvsc
+package rndis
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package netvsc
+package rndis
 
 import (
 	"bytes"
@@ -182,7 +182,7 @@ func TestPacketInfoEncodingOrderAndLength(t *testing.T) {
 	pi.SetChecksum(1)
 	pi.Has |= 0xc0 // bits with no field are ignored
 	b := pi.AppendPPIs(nil)
-	if len(b) != 6*16 || pi.PPILen() != 96 || MaxRNDISPacketHeaderLen != 44+96 {
+	if len(b) != 6*16 || pi.PPILen() != 96 || MaxPacketHeaderLen != 44+96 {
 		t.Fatalf("len %d", len(b))
 	}
 	it := NewPPIIter(b)

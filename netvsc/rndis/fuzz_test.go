@@ -1,4 +1,4 @@
-package netvsc
+package rndis
 
 import (
 	"bytes"
@@ -49,28 +49,28 @@ func FuzzRNDISPacket(f *testing.F) {
 	info.SetPktID(NewPktInfoID(PktInfoSubAlloc, 3))
 	info.SetLSO(NewLSOv2(1400, 34, false))
 	buf := make([]byte, 2048)
-	n, _ := PutRNDISPacket(buf, &info, testFrame(60))
+	n, _ := PutPacket(buf, &info, testFrame(60))
 	f.Add(bytes.Clone(buf[:n]))
-	n, _ = PutRNDISPacket(buf, nil, testFrame(14))
+	n, _ = PutPacket(buf, nil, testFrame(14))
 	f.Add(bytes.Clone(buf[:n]))
-	n, _ = PutRNDISPacketAt(buf, &info, testFrame(100), 256, 400)
+	n, _ = PutPacketAt(buf, &info, testFrame(100), 256, 400)
 	f.Add(bytes.Clone(buf[:n]))
-	f.Add(RNDISPacketHeader{MessageLength: 50, DataOffset: 37, DataLength: 5}.Marshal(make([]byte, 0, 50)))
+	f.Add(PacketHeader{MessageLength: 50, DataOffset: 37, DataLength: 5}.Marshal(make([]byte, 0, 50)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := ParseRNDISPacket(data)
+		p, err := ParsePacket(data)
 		if err != nil {
 			mustBeProtocolError(t, err)
 			return
 		}
-		if int(p.MessageLength) > len(data) || p.MessageLength < RNDISPacketHeaderSize {
+		if int(p.MessageLength) > len(data) || p.MessageLength < PacketHeaderSize {
 			t.Fatalf("MessageLength %d of %d bytes", p.MessageLength, len(data))
 		}
 		msg := data[:p.MessageLength]
-		s := RNDISHeaderSize + int(p.DataOffset)
+		s := HeaderSize + int(p.DataOffset)
 		if len(p.Frame) == 0 || len(p.Frame) != int(p.DataLength) || s+len(p.Frame) > len(msg) || &p.Frame[0] != &msg[s] {
-			t.Fatalf("frame outside the message: %+v", p.RNDISPacketHeader)
+			t.Fatalf("frame outside the message: %+v", p.PacketHeader)
 		}
-		if len(p.PPI) > 0 && RNDISHeaderSize+int(p.PerPacketInfoOffset)+len(p.PPI) > len(msg) {
+		if len(p.PPI) > 0 && HeaderSize+int(p.PerPacketInfoOffset)+len(p.PPI) > len(msg) {
 			t.Fatal("PPI area outside the message")
 		}
 		if err := p.Unsupported(); err != nil {
@@ -95,11 +95,11 @@ func FuzzRNDISPacket(f *testing.F) {
 		if it.Err() != nil {
 			t.Fatalf("Info succeeded where the walk failed: %v", it.Err())
 		}
-		out := make([]byte, RNDISPacketLen(&got, len(p.Frame)))
-		if _, err := PutRNDISPacket(out, &got, p.Frame); err != nil {
+		out := make([]byte, PacketLen(&got, len(p.Frame)))
+		if _, err := PutPacket(out, &got, p.Frame); err != nil {
 			t.Fatal(err)
 		}
-		q, err := ParseRNDISPacket(out)
+		q, err := ParsePacket(out)
 		if err != nil {
 			t.Fatalf("re-encoded packet rejected: %v", err)
 		}
@@ -112,9 +112,9 @@ func FuzzRNDISPacket(f *testing.F) {
 
 func rndisControlDecoders() []unmarshaler {
 	return []unmarshaler{
-		&RNDISInitialize{}, &RNDISInitializeCmplt{}, &RNDISHalt{}, &RNDISQuery{},
-		&RNDISQueryCmplt{}, &RNDISSet{}, &RNDISSetCmplt{}, &RNDISReset{},
-		&RNDISResetCmplt{}, &RNDISKeepalive{}, &RNDISKeepaliveCmplt{}, &RNDISIndicateStatus{},
+		&Initialize{}, &InitializeComplete{}, &Halt{}, &Query{},
+		&QueryComplete{}, &Set{}, &SetComplete{}, &Reset{},
+		&ResetComplete{}, &Keepalive{}, &KeepaliveComplete{}, &IndicateStatus{},
 	}
 }
 
@@ -162,20 +162,20 @@ func FuzzRNDISControl(f *testing.F) {
 	}
 	key := MicrosoftRSSKey()
 	table := make([]uint32, 128)
-	f.Add(RNDISSet{1, OIDGenReceiveScaleParameters, NewRSSParameters(NDISHashFunctionToeplitz, key[:], table).Marshal(nil), 0}.Marshal(nil))
-	f.Add(RNDISSet{2, OIDTCPOffloadParameters, OffloadParameters{}.Marshal(nil), 0}.Marshal(nil))
-	f.Add(RNDISQueryCmplt{3, 0, Offload{}.Marshal(nil)}.Marshal(nil))
-	f.Add(RNDISQueryCmplt{4, 0, RSSCapabilities{NumReceiveQueues: 4}.Marshal(nil)}.Marshal(nil))
+	f.Add(Set{1, OIDGenReceiveScaleParameters, NewRSSParameters(NDISHashFunctionToeplitz, key[:], table).Marshal(nil), 0}.Marshal(nil))
+	f.Add(Set{2, OIDTCPOffloadParameters, OffloadParameters{}.Marshal(nil), 0}.Marshal(nil))
+	f.Add(QueryComplete{3, 0, Offload{}.Marshal(nil)}.Marshal(nil))
+	f.Add(QueryComplete{4, 0, RSSCapabilities{NumReceiveQueues: 4}.Marshal(nil)}.Marshal(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, n, err := ParseRNDISHeader(data); err != nil {
+		if _, n, err := ParseHeader(data); err != nil {
 			mustBeProtocolError(t, err)
-		} else if n < RNDISHeaderSize || n > len(data) {
+		} else if n < HeaderSize || n > len(data) {
 			t.Fatalf("message length %d of %d bytes", n, len(data))
 		}
-		if _, err := RNDISMessageType(data); err != nil {
+		if _, err := MessageType(data); err != nil {
 			mustBeProtocolError(t, err)
 		}
-		if _, _, err := RNDISCompletionRequestID(data); err != nil {
+		if _, _, err := CompletionRequestID(data); err != nil {
 			mustBeProtocolError(t, err)
 		}
 		for _, d := range rndisControlDecoders() {
@@ -185,15 +185,15 @@ func FuzzRNDISControl(f *testing.F) {
 			}
 			roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, normalize)
 			switch m := d.(type) {
-			case *RNDISQuery:
+			case *Query:
 				fuzzNDISObjects(t, m.Info)
-			case *RNDISSet:
+			case *Set:
 				fuzzNDISObjects(t, m.Info)
-			case *RNDISQueryCmplt:
+			case *QueryComplete:
 				fuzzNDISObjects(t, m.Info)
-			case *RNDISIndicateStatus:
+			case *IndicateStatus:
 				fuzzNDISObjects(t, m.Buf)
-			case *RNDISInitializeCmplt:
+			case *InitializeComplete:
 				if a := m.PacketAlignment(); a < 4 || a > 4096 || a&(a-1) != 0 {
 					t.Fatalf("alignment %d", a)
 				}

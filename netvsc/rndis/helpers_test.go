@@ -1,4 +1,4 @@
-package netvsc
+package rndis
 
 import (
 	"flag"
@@ -32,7 +32,6 @@ var ownKinds = []protoerr.Kind{
 	protoerr.KindRSSTable,
 	protoerr.KindRSSKey,
 	protoerr.KindRSSEntry,
-	protoerr.KindDuplicateTID,
 }
 
 // TestMain runs the tests and then the ownKinds check.
