@@ -1,7 +1,7 @@
 package netvsc
 
 import (
-	"github.com/vmbusd/vmbusd/internal/gso"
+	"github.com/vmbusd/vmbusd/frame/gso"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 

@@ -3,7 +3,7 @@ package netvsc
 import (
 	"encoding/binary"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 

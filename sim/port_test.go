@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"

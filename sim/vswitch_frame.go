@@ -12,7 +12,7 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 

@@ -12,7 +12,7 @@ package sim
 // way, before the frame reaches the port.
 
 import (
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 

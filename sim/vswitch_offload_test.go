@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
