@@ -124,7 +124,7 @@ func TestDuplicateTIDKillsDevice(t *testing.T) {
 		t.Fatalf("%v, want a *DeviceError for a duplicate transaction id", err)
 	}
 	if pe, ok := protoerr.As(err); !ok || pe.Kind != protoerr.KindDuplicateTID {
-		t.Errorf("not a duplicate-tid *ProtocolError: %v", err)
+		t.Errorf("not a duplicate-tid *protoerr.Error: %v", err)
 	}
 	if v := n.Stats().Violations; v["netvsc: duplicate transaction id"] != 1 {
 		t.Errorf("violations %v", v)
@@ -158,7 +158,7 @@ func TestRingFaultKillsDevice(t *testing.T) {
 // TestEveryNICFaultAtBringUp switches each of the simulator's NIC faults
 // on before the guest opens the NIC. A fault that breaks the protocol
 // during bring-up makes Open fail with a *DeviceError whose check names it
-// (CheckOf, as the owner counts it: *ProtocolError, or *vmbus.CorruptError
+// (CheckOf, as the owner counts it: *protoerr.Error, or *vmbus.CorruptError
 // for the ring); a refusal is a typed refusal; the rest first bite on the
 // data path (TestHostFaultResetsOnlyThatDevice) or are tolerated.
 func TestEveryNICFaultAtBringUp(t *testing.T) {

@@ -13,7 +13,7 @@ package sim
 //	  frame right after; MessageLength and the range cover its whole run of
 //	  sub-allocations, as openvmm's (guests must use DataOffset/DataLength)
 //
-// At most NVSPMaxPacketsPerReceive (375) ranges per packet.
+// At most nvsp.MaxPacketsPerReceive (375) ranges per packet.
 
 import (
 	"sync"
