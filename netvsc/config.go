@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -91,7 +94,7 @@ type Config struct {
 	Promiscuous bool
 	// NoOffloads leaves the host's checksum and LSO offloads off.
 	NoOffloads bool
-	// RSSKey is the 40-byte Toeplitz key (nil: Microsoft's default).
+	// RSSKey is the 40-byte rndis.Toeplitz key (nil: Microsoft's default).
 	RSSKey []byte
 	// VF says whether the NIC pairs and drives the accelerated-networking
 	// VF the host associates with it (vf.go): VFOff (the zero value),
@@ -130,7 +133,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Queues <= 0 {
 		c.Queues = 1
 	}
-	c.Queues = min(c.Queues, MaxSubchannels)
+	c.Queues = min(c.Queues, nvsp.MaxSubchannels)
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
 	}
@@ -158,8 +161,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
-	if c.RSSKey != nil && len(c.RSSKey) != RSSHashKeySize {
-		return c, fmt.Errorf("netvsc: RSS key of %d bytes, want %d", len(c.RSSKey), RSSHashKeySize)
+	if c.RSSKey != nil && len(c.RSSKey) != rndis.RSSHashKeySize {
+		return c, fmt.Errorf("netvsc: RSS key of %d bytes, want %d", len(c.RSSKey), rndis.RSSHashKeySize)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -182,7 +185,7 @@ var (
 )
 
 // DeviceError is why a NIC died: a host protocol violation (Err is a
-// *vmbus.CorruptError or a *ProtocolError), a rescind, or a failed
+// *vmbus.CorruptError or a *protoerr.Error), a rescind, or a failed
 // control exchange. The NIC's channels are dead; the owner resets it
 // (Close, then Open again).
 type DeviceError struct {
@@ -200,7 +203,7 @@ func CheckOf(err error) string {
 	if ce, ok := vmbus.IsCorrupt(err); ok {
 		return "vmbus: " + ce.Kind.String()
 	}
-	if pe, ok := IsProtocolError(err); ok {
+	if pe, ok := protoerr.As(err); ok {
 		return "netvsc: " + pe.Kind.String()
 	}
 	return ""
@@ -212,8 +215,8 @@ func CheckOf(err error) string {
 // it rather than copying them. A host may still grant less (fewer queues,
 // a smaller MTU) than a valid configuration asks for.
 func (c Config) Validate() error {
-	if c.Queues < 0 || c.Queues > MaxSubchannels {
-		return fmt.Errorf("netvsc: %d queues outside 1..%d", c.Queues, MaxSubchannels)
+	if c.Queues < 0 || c.Queues > nvsp.MaxSubchannels {
+		return fmt.Errorf("netvsc: %d queues outside 1..%d", c.Queues, nvsp.MaxSubchannels)
 	}
 	if c.Mode < Hybrid || c.Mode > Interrupt {
 		return fmt.Errorf("netvsc: unknown %v", c.Mode)

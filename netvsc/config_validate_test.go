@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -18,8 +19,8 @@ func TestConfigValidate(t *testing.T) {
 		{"largest MTU", Config{MTU: MaxMTU}, ""},
 		{"MTU above the driver's maximum", Config{MTU: MaxMTU + 1}, "MTU 9203 outside 68..9202"},
 		{"MTU below IPv4's minimum", Config{MTU: MinMTU - 1}, "MTU 67"},
-		{"most queues", Config{Queues: MaxSubchannels}, ""},
-		{"too many queues", Config{Queues: MaxSubchannels + 1}, "65 queues"},
+		{"most queues", Config{Queues: nvsp.MaxSubchannels}, ""},
+		{"too many queues", Config{Queues: nvsp.MaxSubchannels + 1}, "65 queues"},
 		{"negative queues", Config{Queues: -1}, "-1 queues"},
 		{"unknown mode", Config{Mode: Interrupt + 1}, "unknown mode(3)"},
 		{"negative pool", Config{PoolPackets: -1}, "packet buffers -1"},

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -32,7 +35,7 @@ type control struct {
 	rmu        sync.Mutex
 	waitCookie uint64
 	waitRID    uint32
-	waitType   RNDISType
+	waitType   rndis.Type
 	resp       []byte
 	respN      int
 	got        bool
@@ -90,7 +93,7 @@ func (c *control) onSendDone(payload []byte) error {
 	if err != nil {
 		return err
 	}
-	if st != NVSPStatSuccess {
+	if st != nvsp.StatusSuccess {
 		c.s.refused("control send", st.String())
 	}
 	return nil
@@ -100,7 +103,7 @@ func (c *control) onSendDone(payload []byte) error {
 // answer must carry its id and type; one arriving when none is (a late
 // answer to a request that timed out) is counted and dropped, as Linux
 // does.
-func (c *control) onRNDIS(t RNDISType, id uint32, msg []byte) error {
+func (c *control) onRNDIS(t rndis.Type, id uint32, msg []byte) error {
 	c.rmu.Lock()
 	waiting := c.waitRID != 0 && !c.got
 	match := waiting && id == c.waitRID && t == c.waitType
@@ -115,7 +118,7 @@ func (c *control) onRNDIS(t RNDISType, id uint32, msg []byte) error {
 		return nil
 	}
 	if waiting && !match {
-		return perr(t.String(), KindType, "request_id", uint64(id))
+		return protoerr.New(t.String(), protoerr.KindType, "request_id", uint64(id))
 	}
 	if !match {
 		c.s.nic.hostEvent("stray " + t.String())
@@ -266,7 +269,7 @@ func (c *control) rndisSend(ctx context.Context, msg []byte) error {
 	c.rmu.Lock()
 	c.sendBusy = true
 	c.rmu.Unlock()
-	nv := NVSPRNDISPacket{ChannelType: RMCControl, SectionIndex: ctlSection, SectionSize: uint32(len(msg))}.Marshal(nil)
+	nv := nvsp.RNDISPacket{ChannelType: nvsp.RMCControl, SectionIndex: ctlSection, SectionSize: uint32(len(msg))}.Marshal(nil)
 	err := c.send(func(ch *vmbus.Channel) error {
 		_, err := ch.SendRequest(vmbus.PacketInband, cookieCtlSend, nil, nv)
 		return err
@@ -281,7 +284,7 @@ func (c *control) rndisSend(ctx context.Context, msg []byte) error {
 
 // rndis sends an RNDIS request with request id rid and returns a copy of
 // the completion of type want.
-func (c *control) rndis(ctx context.Context, msg []byte, rid uint32, want RNDISType) ([]byte, error) {
+func (c *control) rndis(ctx context.Context, msg []byte, rid uint32, want rndis.Type) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rmu.Lock()
@@ -323,7 +326,7 @@ func (c *control) rndisNoReply(ctx context.Context, msg []byte) error {
 // RNDISError is a control request the host answered with a failure status.
 type RNDISError struct {
 	Request string
-	Status  RNDISStatus
+	Status  rndis.Status
 }
 
 func (e *RNDISError) Error() string {
@@ -336,7 +339,7 @@ func (e *RNDISError) Error() string {
 // Linux gives up on the device then too.
 type NVSPError struct {
 	Request string
-	Status  NVSPStatus
+	Status  nvsp.Status
 }
 
 func (e *NVSPError) Error() string {
@@ -351,57 +354,57 @@ func (s *session) refused(request, status string) {
 }
 
 // rndisFailed counts a failed RNDIS answer and returns it as an error.
-func (s *session) rndisFailed(request string, st RNDISStatus) error {
+func (s *session) rndisFailed(request string, st rndis.Status) error {
 	s.refused(request, st.String())
 	return &RNDISError{Request: request, Status: st}
 }
 
 // query runs an RNDIS QUERY and returns the information buffer.
-func (c *control) query(ctx context.Context, oid OID, input []byte) ([]byte, error) {
+func (c *control) query(ctx context.Context, oid rndis.OID, input []byte) ([]byte, error) {
 	rid := c.nextRID()
-	resp, err := c.rndis(ctx, RNDISQuery{RequestID: rid, OID: oid, Info: input}.Marshal(nil), rid, RNDISMsgQueryCmplt)
+	resp, err := c.rndis(ctx, rndis.Query{RequestID: rid, OID: oid, Info: input}.Marshal(nil), rid, rndis.TypeQueryComplete)
 	if err != nil {
 		return nil, err
 	}
-	var m RNDISQueryCmplt
+	var m rndis.QueryComplete
 	if err := m.Unmarshal(resp); err != nil {
 		c.s.fail(err)
 		return nil, err
 	}
-	if m.Status != RNDISStatusSuccess {
+	if m.Status != rndis.StatusSuccess {
 		return nil, c.s.rndisFailed("query "+oid.String(), m.Status)
 	}
 	return m.Info, nil
 }
 
 // set runs an RNDIS SET.
-func (c *control) set(ctx context.Context, oid OID, info []byte) error {
+func (c *control) set(ctx context.Context, oid rndis.OID, info []byte) error {
 	rid := c.nextRID()
-	resp, err := c.rndis(ctx, RNDISSet{RequestID: rid, OID: oid, Info: info}.Marshal(nil), rid, RNDISMsgSetCmplt)
+	resp, err := c.rndis(ctx, rndis.Set{RequestID: rid, OID: oid, Info: info}.Marshal(nil), rid, rndis.TypeSetComplete)
 	if err != nil {
 		return err
 	}
-	var m RNDISSetCmplt
+	var m rndis.SetComplete
 	if err := m.Unmarshal(resp); err != nil {
 		c.s.fail(err)
 		return err
 	}
-	if m.Status != RNDISStatusSuccess {
+	if m.Status != rndis.StatusSuccess {
 		return c.s.rndisFailed("set "+oid.String(), m.Status)
 	}
 	return nil
 }
 
-func (c *control) setUint32(ctx context.Context, oid OID, v uint32) error {
-	return c.set(ctx, oid, AppendInfoUint32(nil, v))
+func (c *control) setUint32(ctx context.Context, oid rndis.OID, v uint32) error {
+	return c.set(ctx, oid, rndis.AppendInfoUint32(nil, v))
 }
 
-func (c *control) queryUint32(ctx context.Context, oid OID) (uint32, error) {
+func (c *control) queryUint32(ctx context.Context, oid rndis.OID) (uint32, error) {
 	info, err := c.query(ctx, oid, nil)
 	if err != nil {
 		return 0, err
 	}
-	v, err := ParseInfoUint32(info)
+	v, err := rndis.ParseInfoUint32(info)
 	if err != nil {
 		c.s.fail(err)
 	}
@@ -409,7 +412,7 @@ func (c *control) queryUint32(ctx context.Context, oid OID) (uint32, error) {
 }
 
 func nvspName(msg []byte) string {
-	t, err := NVSPMessageType(msg)
+	t, err := nvsp.MessageType(msg)
 	if err != nil {
 		return "NVSP"
 	}
@@ -420,57 +423,57 @@ func nvspName(msg []byte) string {
 func (s *session) handshake(ctx context.Context) error {
 	c := s.ctl
 	cfg := &s.cfg
-	last := NVSPStatNone
-	for _, v := range NVSPVersions() {
-		if v < NVSPProtocolVersion2 {
+	last := nvsp.StatusNone
+	for _, v := range nvsp.Versions() {
+		if v < nvsp.Version2 {
 			break
 		}
-		resp, err := c.nvsp(ctx, NVSPInit{MinVersion: v, MaxVersion: v}.Marshal(nil), true)
+		resp, err := c.nvsp(ctx, nvsp.Init{MinVersion: v, MaxVersion: v}.Marshal(nil), true)
 		if err != nil {
 			return err
 		}
-		var m NVSPInitComplete
+		var m nvsp.InitComplete
 		if err := m.Unmarshal(resp); err != nil {
 			s.fail(err)
 			return err
 		}
-		if m.Status == NVSPStatSuccess {
+		if m.Status == nvsp.StatusSuccess {
 			s.version = v
 			break
 		}
 		// openvmm answers NONE to a version it does not speak; anything
 		// else is a refusal worth a line.
 		last = m.Status
-		if m.Status != NVSPStatNone {
+		if m.Status != nvsp.StatusNone {
 			s.refused(fmt.Sprintf("INIT %#x", v), m.Status.String())
 		}
 	}
 	if s.version == 0 {
 		return &NVSPError{Request: "INIT 6.1 down to 2", Status: last}
 	}
-	caps := NDISConfigCapIEEE8021Q
-	if s.version >= NVSPProtocolVersion5 {
-		caps |= NDISConfigCapSRIOV | NDISConfigCapTeaming
+	caps := nvsp.NDISConfigCapIEEE8021Q
+	if s.version >= nvsp.Version5 {
+		caps |= nvsp.NDISConfigCapSRIOV | nvsp.NDISConfigCapTeaming
 	}
-	if err := c.inband(NVSPNDISConfig{MTU: uint32(s.mtu + EthernetHeaderSize), Capabilities: caps}.Marshal(nil)); err != nil {
+	if err := c.inband(nvsp.NDISConfig{MTU: uint32(s.mtu + EthernetHeaderSize), Capabilities: caps}.Marshal(nil)); err != nil {
 		return err
 	}
-	s.ndis = NDISVersionFor(s.version)
-	if err := c.inband(NewNVSPNDISVersion(s.ndis).Marshal(nil)); err != nil {
+	s.ndis = nvsp.NDISVersionFor(s.version)
+	if err := c.inband(nvsp.NewNDISVersion(s.ndis).Marshal(nil)); err != nil {
 		return err
 	}
 	// Receive buffer: the GPADL and size from the uio map, the sections
 	// from the host's answer (validated).
-	resp, err := c.nvsp(ctx, NVSPRecvBuf{GPADLHandle: s.recvGPADL, ID: NVSRxBufSig}.Marshal(nil), true)
+	resp, err := c.nvsp(ctx, nvsp.RecvBuf{GPADLHandle: s.recvGPADL, ID: nvsp.RecvBufID}.Marshal(nil), true)
 	if err != nil {
 		return err
 	}
-	var rb NVSPRecvBufComplete
+	var rb nvsp.RecvBufComplete
 	if err := rb.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return err
 	}
-	if rb.Status != NVSPStatSuccess {
+	if rb.Status != nvsp.StatusSuccess {
 		s.refused("SEND_RECV_BUF", rb.Status.String())
 		return &NVSPError{Request: "SEND_RECV_BUF", Status: rb.Status}
 	}
@@ -480,16 +483,16 @@ func (s *session) handshake(ctx context.Context) error {
 	}
 	s.subAlloc, s.subAllocs = rb.Section.SubAllocSize, rb.Section.NumSubAllocs
 	s.queues[0].initAcks()
-	resp, err = c.nvsp(ctx, NVSPSendBuf{GPADLHandle: s.sendGPADL, ID: NVSChimSig}.Marshal(nil), true)
+	resp, err = c.nvsp(ctx, nvsp.SendBuf{GPADLHandle: s.sendGPADL, ID: nvsp.SendBufIDDPDK}.Marshal(nil), true)
 	if err != nil {
 		return err
 	}
-	var sb NVSPSendBufComplete
+	var sb nvsp.SendBufComplete
 	if err := sb.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return err
 	}
-	if sb.Status != NVSPStatSuccess {
+	if sb.Status != nvsp.StatusSuccess {
 		s.refused("SEND_SEND_BUF", sb.Status.String())
 		return &NVSPError{Request: "SEND_SEND_BUF", Status: sb.Status}
 	}
@@ -508,31 +511,31 @@ func (s *session) handshake(ctx context.Context) error {
 	}
 	// RNDIS.
 	rid := c.nextRID()
-	resp, err = c.rndis(ctx, RNDISInitialize{RequestID: rid, MajorVersion: RNDISMajorVersion,
-		MinorVersion: RNDISMinorVersion, MaxTransferSize: RNDISGuestMaxTransferSize}.Marshal(nil), rid, RNDISMsgInitializeCmplt)
+	resp, err = c.rndis(ctx, rndis.Initialize{RequestID: rid, MajorVersion: rndis.MajorVersion,
+		MinorVersion: rndis.MinorVersion, MaxTransferSize: rndis.GuestMaxTransferSize}.Marshal(nil), rid, rndis.TypeInitializeComplete)
 	if err != nil {
 		return err
 	}
-	var ic RNDISInitializeCmplt
+	var ic rndis.InitializeComplete
 	if err := ic.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return err
 	}
-	if ic.Status != RNDISStatusSuccess {
+	if ic.Status != rndis.StatusSuccess {
 		return s.rndisFailed("initialize", ic.Status)
 	}
 	s.maxPkts = int(min(max(ic.MaxPacketsPerMessage, 1), 64))
 	s.maxXfer = int(min(uint64(ic.MaxTransferSize), 1<<30))
 	s.align = ic.PacketAlignment()
 	s.aggMax = min(s.send.sectionSize, s.maxXfer)
-	if s.aggMax < RNDISPacketHeaderSize+EthernetHeaderSize {
+	if s.aggMax < rndis.PacketHeaderSize+EthernetHeaderSize {
 		return fmt.Errorf("netvsc: RNDIS max transfer size %d too small", s.maxXfer)
 	}
 	// DPDK: the filter may not be 0 after INITIALIZE on some hosts.
-	if err := c.setUint32(ctx, OIDGenCurrentPacketFilter, NDISPacketTypeNone); err != nil {
+	if err := c.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, rndis.NDISPacketTypeNone); err != nil {
 		return err
 	}
-	mfs, err := c.queryUint32(ctx, OIDGenMaximumFrameSize)
+	mfs, err := c.queryUint32(ctx, rndis.OIDGenMaximumFrameSize)
 	if err != nil {
 		return err
 	}
@@ -546,15 +549,15 @@ func (s *session) handshake(ctx context.Context) error {
 	// The largest frame a send section holds, with the per-packet info a
 	// frame can carry (hash, VLAN, checksum). Bigger ones go GPA-direct
 	// only; without a pool they are dropped (tx_queue_N_drop_oversize).
-	if copyMax := s.aggMax - RNDISPacketHeaderSize - 3*PPIUint32Size; cfg.GPAPool == nil && s.mtu+EthernetHeaderSize > copyMax {
+	if copyMax := s.aggMax - rndis.PacketHeaderSize - 3*rndis.PPIUint32Size; cfg.GPAPool == nil && s.mtu+EthernetHeaderSize > copyMax {
 		s.log.Warn("no GPA pool: frames larger than a send section will be dropped", "mtu", s.mtu,
 			"send_section", s.send.sectionSize, "largest_frame", copyMax)
 	}
-	info, err := c.query(ctx, OID8023PermanentAddress, nil)
+	info, err := c.query(ctx, rndis.OID8023PermanentAddress, nil)
 	if err != nil {
 		return err
 	}
-	if s.mac, err = ParseInfoMAC(info); err != nil {
+	if s.mac, err = rndis.ParseInfoMAC(info); err != nil {
 		s.fail(err)
 		return err
 	}
@@ -570,7 +573,7 @@ func (s *session) handshake(ctx context.Context) error {
 	// Queues.
 	granted := 0
 	var subs []*vmbus.Channel
-	if cfg.Queues > 1 && s.version >= NVSPProtocolVersion5 {
+	if cfg.Queues > 1 && s.version >= nvsp.Version5 {
 		granted, subs, err = s.openSubchannels(ctx)
 		if err != nil {
 			return err
@@ -592,11 +595,11 @@ func (s *session) handshake(ctx context.Context) error {
 		}
 	}
 	s.running.Store(true)
-	filter := NDISPacketFilterDefault
+	filter := rndis.NDISPacketFilterDefault
 	if cfg.Promiscuous {
-		filter = NDISPacketTypePromiscuous
+		filter = rndis.NDISPacketTypePromiscuous
 	}
-	if err := c.setUint32(ctx, OIDGenCurrentPacketFilter, filter); err != nil {
+	if err := c.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, filter); err != nil {
 		return err
 	}
 	s.log.Info("netvsc up", "nvsp", fmt.Sprintf("%#x", s.version), "ndis", fmt.Sprintf("%#x", s.ndis),
@@ -609,17 +612,17 @@ func (s *session) handshake(ctx context.Context) error {
 
 // queryLink reads OID_GEN_MEDIA_CONNECT_STATUS and OID_GEN_LINK_SPEED.
 func (s *session) queryLink(ctx context.Context) error {
-	st, err := s.ctl.queryUint32(ctx, OIDGenMediaConnectStatus)
+	st, err := s.ctl.queryUint32(ctx, rndis.OIDGenMediaConnectStatus)
 	if err != nil {
 		return err
 	}
-	sp, err := s.ctl.queryUint32(ctx, OIDGenLinkSpeed)
+	sp, err := s.ctl.queryUint32(ctx, rndis.OIDGenLinkSpeed)
 	if err != nil {
 		if _, rej := err.(*RNDISError); !rej {
 			return err
 		}
 	}
-	s.setLink(st == NDISMediaStateConnected, LinkSpeed(sp).Bps())
+	s.setLink(st == rndis.NDISMediaStateConnected, rndis.LinkSpeed(sp).Bps())
 	return nil
 }
 
@@ -637,40 +640,40 @@ func (s *session) setLink(up bool, speed uint64) {
 // setOffloads queries the host's offload capabilities and enables the
 // checksum and LSOv2 offloads it has (netvsc.md §3.6).
 func (s *session) setOffloads(ctx context.Context) error {
-	info, err := s.ctl.query(ctx, OIDTCPOffloadHardwareCapabilities, OffloadQueryHeader(s.version).Marshal(nil))
+	info, err := s.ctl.query(ctx, rndis.OIDTCPOffloadHardwareCapabilities, rndis.OffloadQueryHeader(s.version).Marshal(nil))
 	if err != nil {
 		return err
 	}
-	var o Offload
+	var o rndis.Offload
 	if err := o.Unmarshal(info); err != nil {
 		return err
 	}
-	const full = NDISChecksumCapTCP | NDISChecksumCapTCPOptions
+	const full = rndis.NDISChecksumCapTCP | rndis.NDISChecksumCapTCPOptions
 	var off offloads
-	p := OffloadParameters{Header: OffloadParametersHeader(s.version), IPv4Checksum: NDISOffloadParametersTxRxDisabled,
-		TCPIPv4Checksum: NDISOffloadParametersTxRxDisabled, UDPIPv4Checksum: NDISOffloadParametersTxRxDisabled,
-		TCPIPv6Checksum: NDISOffloadParametersTxRxDisabled, UDPIPv6Checksum: NDISOffloadParametersTxRxDisabled,
-		LSOv2IPv4: NDISOffloadParametersDisabled, LSOv2IPv6: NDISOffloadParametersDisabled}
+	p := rndis.OffloadParameters{Header: rndis.OffloadParametersHeader(s.version), IPv4Checksum: rndis.NDISOffloadParametersTxRxDisabled,
+		TCPIPv4Checksum: rndis.NDISOffloadParametersTxRxDisabled, UDPIPv4Checksum: rndis.NDISOffloadParametersTxRxDisabled,
+		TCPIPv6Checksum: rndis.NDISOffloadParametersTxRxDisabled, UDPIPv6Checksum: rndis.NDISOffloadParametersTxRxDisabled,
+		LSOv2IPv4: rndis.NDISOffloadParametersDisabled, LSOv2IPv6: rndis.NDISOffloadParametersDisabled}
 	if o.Checksum.IPv4TxFlags&full == full {
-		p.TCPIPv4Checksum, off.tcp4 = NDISOffloadParametersTxRxEnabled, true
+		p.TCPIPv4Checksum, off.tcp4 = rndis.NDISOffloadParametersTxRxEnabled, true
 	}
-	if o.Checksum.IPv4TxFlags&NDISChecksumCapUDP != 0 && s.version > NVSPProtocolVersion4 {
-		p.UDPIPv4Checksum, off.udp4 = NDISOffloadParametersTxRxEnabled, true
+	if o.Checksum.IPv4TxFlags&rndis.NDISChecksumCapUDP != 0 && s.version > nvsp.Version4 {
+		p.UDPIPv4Checksum, off.udp4 = rndis.NDISOffloadParametersTxRxEnabled, true
 	}
 	if o.Checksum.IPv6TxFlags&full == full {
-		p.TCPIPv6Checksum, off.tcp6 = NDISOffloadParametersTxRxEnabled, true
+		p.TCPIPv6Checksum, off.tcp6 = rndis.NDISOffloadParametersTxRxEnabled, true
 	}
-	if o.Checksum.IPv6TxFlags&NDISChecksumCapUDP != 0 && s.version > NVSPProtocolVersion4 {
-		p.UDPIPv6Checksum, off.udp6 = NDISOffloadParametersTxRxEnabled, true
+	if o.Checksum.IPv6TxFlags&rndis.NDISChecksumCapUDP != 0 && s.version > nvsp.Version4 {
+		p.UDPIPv6Checksum, off.udp6 = rndis.NDISOffloadParametersTxRxEnabled, true
 	}
-	if o.LSOv2.IPv4MaxSize > 0 && o.LSOv2.IPv4Encapsulation&NDISOffloadEncap8023 != 0 {
-		p.LSOv2IPv4, off.lso4 = NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv4MaxSize, 1<<20))
+	if o.LSOv2.IPv4MaxSize > 0 && o.LSOv2.IPv4Encapsulation&rndis.NDISOffloadEncap8023 != 0 {
+		p.LSOv2IPv4, off.lso4 = rndis.NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv4MaxSize, 1<<20))
 	}
-	const v6 = NDISLSOv2CapIP6Ext | NDISLSOv2CapTCP6Opt
-	if o.LSOv2.IPv6MaxSize > 0 && o.LSOv2.IPv6Options&v6 == v6 && o.LSOv2.IPv6Encapsulation&NDISOffloadEncap8023 != 0 {
-		p.LSOv2IPv6, off.lso6 = NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv6MaxSize, 1<<20))
+	const v6 = rndis.NDISLSOv2CapIP6Ext | rndis.NDISLSOv2CapTCP6Opt
+	if o.LSOv2.IPv6MaxSize > 0 && o.LSOv2.IPv6Options&v6 == v6 && o.LSOv2.IPv6Encapsulation&rndis.NDISOffloadEncap8023 != 0 {
+		p.LSOv2IPv6, off.lso6 = rndis.NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv6MaxSize, 1<<20))
 	}
-	if err := s.ctl.set(ctx, OIDTCPOffloadParameters, p.Marshal(nil)); err != nil {
+	if err := s.ctl.set(ctx, rndis.OIDTCPOffloadParameters, p.Marshal(nil)); err != nil {
 		return err
 	}
 	s.off = off
@@ -683,7 +686,7 @@ func (s *session) setOffloads(ctx context.Context) error {
 func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, error) {
 	c := s.ctl
 	want := s.cfg.Queues
-	info, err := c.query(ctx, OIDGenReceiveScaleCapabilities, RSSCapabilitiesQueryHeader().Marshal(nil))
+	info, err := c.query(ctx, rndis.OIDGenReceiveScaleCapabilities, rndis.RSSCapabilitiesQueryHeader().Marshal(nil))
 	if err != nil {
 		if _, rej := err.(*RNDISError); rej {
 			s.log.Warn("no RSS capabilities: one queue", "err", err)
@@ -691,25 +694,25 @@ func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, e
 		}
 		return 0, nil, err
 	}
-	var caps RSSCapabilities
+	var caps rndis.RSSCapabilities
 	if err := caps.Unmarshal(info); err != nil {
 		s.fail(err)
 		return 0, nil, err
 	}
-	want = min(want, int(caps.NumReceiveQueues), MaxSubchannels)
+	want = min(want, int(caps.NumReceiveQueues), nvsp.MaxSubchannels)
 	if want < 2 {
 		return 0, nil, nil
 	}
-	resp, err := c.nvsp(ctx, NVSPSubchannelRequest{Op: NVSPSubchannelAllocate, Count: uint32(want - 1)}.Marshal(nil), true)
+	resp, err := c.nvsp(ctx, nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: uint32(want - 1)}.Marshal(nil), true)
 	if err != nil {
 		return 0, nil, err
 	}
-	var m NVSPSubchannelComplete
+	var m nvsp.SubchannelComplete
 	if err := m.Unmarshal(resp); err != nil {
 		s.fail(err)
 		return 0, nil, err
 	}
-	if m.Status != NVSPStatSuccess {
+	if m.Status != nvsp.StatusSuccess {
 		s.refused("SUBCHANNEL", m.Status.String())
 		s.log.Warn("no sub-channels: one queue")
 		return 0, nil, nil
@@ -734,67 +737,67 @@ func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, e
 	return granted, subs, nil
 }
 
-// setRSS disables RSS, then sets the Toeplitz key and an indirection table
+// setRSS disables RSS, then sets the rndis.Toeplitz key and an indirection table
 // spreading flows over the queues (the host requires the disable first,
 // DPDK b604e80632).
 func (s *session) setRSS(ctx context.Context) error {
-	off := RSSParameters{Flags: NDISRSSParamFlagDisableRSS | NDISRSSParamFlagBaseCPUUnchanged |
-		NDISRSSParamFlagHashInfoUnchanged | NDISRSSParamFlagITableUnchanged | NDISRSSParamFlagHashKeyUnchanged}
-	if err := s.ctl.set(ctx, OIDGenReceiveScaleParameters, off.Marshal(nil)); err != nil {
+	off := rndis.RSSParameters{Flags: rndis.NDISRSSParamFlagDisableRSS | rndis.NDISRSSParamFlagBaseCPUUnchanged |
+		rndis.NDISRSSParamFlagHashInfoUnchanged | rndis.NDISRSSParamFlagITableUnchanged | rndis.NDISRSSParamFlagHashKeyUnchanged}
+	if err := s.ctl.set(ctx, rndis.OIDGenReceiveScaleParameters, off.Marshal(nil)); err != nil {
 		return err
 	}
 	key := s.cfg.RSSKey
 	if key == nil {
-		k := MicrosoftRSSKey()
+		k := rndis.MicrosoftRSSKey()
 		key = k[:]
 	}
-	var table [RSSIndirectionTableEntries]uint32
+	var table [rndis.RSSIndirectionTableEntries]uint32
 	for i := range table {
 		table[i] = uint32(i % len(s.queues))
 	}
-	p := NewRSSParameters(NDISHashFunctionToeplitz|NDISHashIPv4|NDISHashTCPIPv4|NDISHashIPv6|NDISHashTCPIPv6, key, table[:])
-	return s.ctl.set(ctx, OIDGenReceiveScaleParameters, p.Marshal(nil))
+	p := rndis.NewRSSParameters(rndis.NDISHashFunctionToeplitz|rndis.NDISHashIPv4|rndis.NDISHashTCPIPv4|rndis.NDISHashIPv6|rndis.NDISHashTCPIPv6, key, table[:])
+	return s.ctl.set(ctx, rndis.OIDGenReceiveScaleParameters, p.Marshal(nil))
 }
 
 // rndisControl handles an RNDIS control message received on any queue.
 func (s *session) rndisControl(q *Queue, msg []byte) error {
-	t := RNDISType(le.Uint32(msg))
+	t := rndis.Type(le.Uint32(msg))
 	switch t {
-	case RNDISMsgIndicateStatus:
-		var m RNDISIndicateStatus
+	case rndis.TypeIndicateStatus:
+		var m rndis.IndicateStatus
 		if err := m.Unmarshal(msg); err != nil {
 			return err
 		}
 		s.indicate(&m)
-	case RNDISMsgInitializeCmplt, RNDISMsgQueryCmplt, RNDISMsgSetCmplt, RNDISMsgKeepaliveCmplt, RNDISMsgSetExCmplt:
-		_, id, err := RNDISCompletionRequestID(msg)
+	case rndis.TypeInitializeComplete, rndis.TypeQueryComplete, rndis.TypeSetComplete, rndis.TypeKeepaliveComplete, rndis.TypeSetExComplete:
+		_, id, err := rndis.CompletionRequestID(msg)
 		if err != nil {
 			return err
 		}
 		return s.ctl.onRNDIS(t, id, msg)
-	case RNDISMsgResetCmplt, RNDISMsgKeepalive, RNDISMsgReset, RNDISMsgHalt:
+	case rndis.TypeResetComplete, rndis.TypeKeepalive, rndis.TypeReset, rndis.TypeHalt:
 		// Known messages no guest acts on (Linux answers a host
 		// KEEPALIVE with FAIL; neither guest handles one): counted.
 		s.nic.hostEvent("rndis " + t.String())
 	default:
-		return perr("RNDIS", KindType, "type", uint64(t))
+		return protoerr.New("RNDIS", protoerr.KindType, "type", uint64(t))
 	}
 	return nil
 }
 
 // indicate applies an INDICATE_STATUS (netvsc.md §2.11).
-func (s *session) indicate(m *RNDISIndicateStatus) {
+func (s *session) indicate(m *rndis.IndicateStatus) {
 	s.nic.hostEvent("indicate " + m.Status.String())
 	switch m.Status {
-	case RNDISStatusMediaConnect:
+	case rndis.StatusMediaConnect:
 		s.setLink(true, 0)
-	case RNDISStatusMediaDisconnect:
+	case rndis.StatusMediaDisconnect:
 		s.setLink(false, 0)
-	case RNDISStatusLinkSpeedChange:
-		if v, err := ParseInfoUint32(m.Buf); err == nil {
-			s.setLink(s.linkUp.Load(), LinkSpeed(v).Bps())
+	case rndis.StatusLinkSpeedChange:
+		if v, err := rndis.ParseInfoUint32(m.Buf); err == nil {
+			s.setLink(s.linkUp.Load(), rndis.LinkSpeed(v).Bps())
 		}
-	case RNDISStatusNetworkChange:
+	case rndis.StatusNetworkChange:
 		// Linux emulates down then up so that addresses are renewed.
 		s.setLink(false, 0)
 		s.setLink(true, 0)
@@ -804,28 +807,28 @@ func (s *session) indicate(m *RNDISIndicateStatus) {
 // inband handles an NVSP message the host sent inband.
 func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 	b := p.Payload()
-	t, err := NVSPMessageType(b)
+	t, err := nvsp.MessageType(b)
 	if err != nil {
 		return err
 	}
 	s.nic.hostEvent(t.String())
 	switch t {
-	case NVSPMsg5TypeSendIndirectionTable:
-		var m NVSPIndirectionTable
+	case nvsp.TypeSendIndirectionTable:
+		var m nvsp.IndirectionTable
 		if err := m.UnmarshalVersion(b, s.version); err != nil {
 			return err
 		}
 		for _, e := range m.Table {
-			if e >= MaxSubchannels {
-				return perr("SEND_INDIRECTION_TABLE", KindRSSEntry, "table", uint64(e))
+			if e >= nvsp.MaxSubchannels {
+				return protoerr.New("SEND_INDIRECTION_TABLE", protoerr.KindRSSEntry, "table", uint64(e))
 			}
 		}
 		for i, e := range m.Table {
 			s.sendTable[i].Store(e)
 		}
 		s.hasTable.Store(true)
-	case NVSPMsg4TypeSendVFAssociation:
-		var m NVSPVFAssociation
+	case nvsp.TypeSendVFAssociation:
+		var m nvsp.VFAssociation
 		if err := m.Unmarshal(b); err != nil {
 			return err
 		}
@@ -836,13 +839,13 @@ func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 		s.vf.Store(v)
 		s.log.Info("VF association", "allocated", m.Allocated != 0, "serial", m.Serial)
 		s.nic.vfAssociation(s, m.Allocated != 0, m.Serial)
-	case NVSPMsg4TypeSwitchDataPath:
-		var m NVSPSwitchDataPath
+	case nvsp.TypeSwitchDataPath:
+		var m nvsp.SwitchDataPath
 		if err := m.Unmarshal(b); err != nil {
 			return err
 		}
 		s.vfPath.Store(m.ActiveDataPath)
-		s.log.Info("host switched the data path", "vf", m.ActiveDataPath == DataPathVF)
+		s.log.Info("host switched the data path", "vf", m.ActiveDataPath == nvsp.DataPathVF)
 		s.nic.vfHostSwitch(s, m.ActiveDataPath)
 	}
 	// Linux ignores completion-requested on host inband packets and

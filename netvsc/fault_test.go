@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -121,8 +123,8 @@ func TestDuplicateTIDKillsDevice(t *testing.T) {
 	if !errors.As(err, &de) || de.Check != "netvsc: duplicate transaction id" {
 		t.Fatalf("%v, want a *DeviceError for a duplicate transaction id", err)
 	}
-	if pe, ok := netvsc.IsProtocolError(err); !ok || pe.Kind != netvsc.KindDuplicateTID {
-		t.Errorf("not a duplicate-tid *ProtocolError: %v", err)
+	if pe, ok := protoerr.As(err); !ok || pe.Kind != protoerr.KindDuplicateTID {
+		t.Errorf("not a duplicate-tid *protoerr.Error: %v", err)
 	}
 	if v := n.Stats().Violations; v["netvsc: duplicate transaction id"] != 1 {
 		t.Errorf("violations %v", v)
@@ -156,7 +158,7 @@ func TestRingFaultKillsDevice(t *testing.T) {
 // TestEveryNICFaultAtBringUp switches each of the simulator's NIC faults
 // on before the guest opens the NIC. A fault that breaks the protocol
 // during bring-up makes Open fail with a *DeviceError whose check names it
-// (CheckOf, as the owner counts it: *ProtocolError, or *vmbus.CorruptError
+// (CheckOf, as the owner counts it: *protoerr.Error, or *vmbus.CorruptError
 // for the ring); a refusal is a typed refusal; the rest first bite on the
 // data path (TestHostFaultResetsOnlyThatDevice) or are tolerated.
 func TestEveryNICFaultAtBringUp(t *testing.T) {
@@ -207,7 +209,7 @@ func TestEveryNICFaultAtBringUp(t *testing.T) {
 				if !errors.As(err, &de) || de.Check != check || netvsc.CheckOf(err) != check {
 					t.Fatalf("Open: %v (check %q), want a *DeviceError with check %q", err, netvsc.CheckOf(err), check)
 				}
-				_, pe := netvsc.IsProtocolError(err)
+				_, pe := protoerr.As(err)
 				_, ce := vmbus.IsCorrupt(err)
 				if pe == ce {
 					t.Errorf("Open: %v: protocol error %v, ring corruption %v: want exactly one", err, pe, ce)
@@ -222,7 +224,7 @@ func TestTolerableHostBehaviour(t *testing.T) {
 		var logs syncBuffer
 		_, _, n := newNIC(t, sim.NICConfig{Faults: []sim.NICFault{sim.NICFaultNVSPStatus}}, sim.NewReflector(),
 			netvsc.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		if v, _ := n.Protocol(); v != netvsc.NVSPProtocolVersion6 {
+		if v, _ := n.Protocol(); v != nvsp.Version6 {
 			t.Errorf("NVSP %#x after 6.1 failed, want 6.0", v)
 		}
 		if c := n.Stats().ControlFailures; c != 1 {

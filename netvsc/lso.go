@@ -1,6 +1,9 @@
 package netvsc
 
-import "github.com/vmbusd/vmbusd/internal/gso"
+import (
+	"github.com/vmbusd/vmbusd/frame/gso"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
+)
 
 // Large sends (netvsc.md §3.4 TCP_LARGESEND_PKTINFO, §4): a TCP
 // super-frame marked MetaTxLSO goes to the host whole with the LSOv2
@@ -35,7 +38,7 @@ func (n *NIC) TxOffloads() TxOffloads {
 // frame with the checksum offload or a checksum computed here). The
 // pieces are written straight into the sections. False means not enough
 // sections or ring now (the packet stays the caller's).
-func (q *Queue) sendLSOPieces(p *Packet, info *PacketInfo) bool {
+func (q *Queue) sendLSOPieces(p *Packet, info *rndis.PacketInfo) bool {
 	s := q.s
 	frame := p.Data()
 	mss := int(p.Meta.MSS)
@@ -44,22 +47,22 @@ func (q *Queue) sendLSOPieces(p *Packet, info *PacketInfo) bool {
 	if err != nil || l.Proto != gso.ProtoTCP || l.V6 != v6 || mss <= 0 || l.Payload+mss > s.mtu+EthernetHeaderSize {
 		return q.segment(p, info) // the software path decides (and drops what it cannot cut)
 	}
-	var lsoInfo, oneInfo PacketInfo // every piece carries the hash and VLAN
-	lsoInfo.Has = info.Has & (InfoHashValue | InfoVLAN)
+	var lsoInfo, oneInfo rndis.PacketInfo // every piece carries the hash and VLAN
+	lsoInfo.Has = info.Has & (rndis.InfoHashValue | rndis.InfoVLAN)
 	lsoInfo.HashValue, lsoInfo.VLAN = info.HashValue, info.VLAN
 	oneInfo = lsoInfo
-	lsoInfo.SetLSO(NewLSOv2(mss, l.L4, v6))
+	lsoInfo.SetLSO(rndis.NewLSOv2(mss, l.L4, v6))
 	limit := s.off.lso4
-	ipFlag, csFlag := TxChecksumIPv4, MetaTxIPv4|MetaTxTCPChecksum
+	ipFlag, csFlag := rndis.TxChecksumIPv4, MetaTxIPv4|MetaTxTCPChecksum
 	if v6 {
-		limit, ipFlag, csFlag = s.off.lso6, TxChecksumIPv6, MetaTxIPv6|MetaTxTCPChecksum
+		limit, ipFlag, csFlag = s.off.lso6, rndis.TxChecksumIPv6, MetaTxIPv6|MetaTxTCPChecksum
 	}
 	oneMode := gso.Full
 	if s.off.csum(csFlag) {
-		oneInfo.SetChecksum(uint32(NewTxChecksum(ipFlag|TxChecksumTCP, l.L4)))
+		oneInfo.SetChecksum(uint32(rndis.NewTxChecksum(ipFlag|rndis.TxChecksumTCP, l.L4)))
 		oneMode = gso.Partial
 	}
-	per := min(s.aggMax-RNDISPacketHeaderSize-lsoInfo.PPILen(), limit) - l.Payload
+	per := min(s.aggMax-rndis.PacketHeaderSize-lsoInfo.PPILen(), limit) - l.Payload
 	per /= mss
 	if per < 2 {
 		return q.segment(p, info)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -100,12 +102,12 @@ type session struct {
 	running   atomic.Bool
 	rxIgnored atomic.Uint64
 	folded    bool // its counters are in the NIC's (guarded by nic.foldMu)
-	sendTable [VRSSSendTabSize]atomic.Uint32
+	sendTable [nvsp.VRSSSendTabSize]atomic.Uint32
 	hasTable  atomic.Bool
 	linkUp    atomic.Bool
 	speed     atomic.Uint64
 	vf        atomic.Uint64 // allocated<<32 | serial
-	vfPath    atomic.Uint32 // DataPathSynthetic or DataPathVF as last switched
+	vfPath    atomic.Uint32 // nvsp.DataPathSynthetic or nvsp.DataPathVF as last switched
 
 	errp     atomic.Pointer[error]
 	dead     chan struct{}
@@ -257,7 +259,7 @@ func (n *NIC) TxQueue(hash uint32) *Queue {
 	s := n.session()
 	nq := uint32(len(s.queues))
 	if s.hasTable.Load() {
-		if e := s.sendTable[hash%VRSSSendTabSize].Load(); e < nq {
+		if e := s.sendTable[hash%nvsp.VRSSSendTabSize].Load(); e < nq {
 			return s.queues[e]
 		}
 	}
@@ -266,7 +268,7 @@ func (n *NIC) TxQueue(hash uint32) *Queue {
 
 // SendTable returns the host's send indirection table and whether it has
 // arrived.
-func (n *NIC) SendTable() (t [VRSSSendTabSize]uint32, ok bool) {
+func (n *NIC) SendTable() (t [nvsp.VRSSSendTabSize]uint32, ok bool) {
 	s := n.session()
 	for i := range t {
 		t[i] = s.sendTable[i].Load()
@@ -315,7 +317,7 @@ func (n *NIC) hostEvent(name string) {
 // bits) at run time.
 func (n *NIC) SetPacketFilter(ctx context.Context, filter uint32) error {
 	s := n.session()
-	return s.ctl.setUint32(ctx, OIDGenCurrentPacketFilter, filter)
+	return s.ctl.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, filter)
 }
 
 // QueryLink asks the host for the link state and speed now.
@@ -332,14 +334,14 @@ func (n *NIC) QueryLink(ctx context.Context) (Link, error) {
 // Linux semantics (netvsc.md §2.9). NVSP 4 or later.
 func (n *NIC) SwitchDataPath(ctx context.Context, toVF bool) error {
 	s := n.session()
-	if s.version < NVSPProtocolVersion4 {
+	if s.version < nvsp.Version4 {
 		return ErrNotSupported
 	}
-	path := DataPathSynthetic
+	path := nvsp.DataPathSynthetic
 	if toVF {
-		path = DataPathVF
+		path = nvsp.DataPathVF
 	}
-	if _, err := s.ctl.nvsp(ctx, NVSPSwitchDataPath{ActiveDataPath: path}.Marshal(nil), false); err != nil {
+	if _, err := s.ctl.nvsp(ctx, nvsp.SwitchDataPath{ActiveDataPath: path}.Marshal(nil), false); err != nil {
 		return err
 	}
 	s.vfPath.Store(path)
@@ -530,14 +532,14 @@ func (s *session) teardown() {
 	t := min(s.cfg.ControlTimeout, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), t)
 	defer cancel()
-	if err := c.setUint32(ctx, OIDGenCurrentPacketFilter, NDISPacketTypeNone); err != nil {
+	if err := c.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, rndis.NDISPacketTypeNone); err != nil {
 		s.log.Debug("teardown: packet filter", "err", err)
 	}
-	if err := c.rndisNoReply(ctx, RNDISHalt{RequestID: c.nextRID()}.Marshal(nil)); err != nil {
+	if err := c.rndisNoReply(ctx, rndis.Halt{RequestID: c.nextRID()}.Marshal(nil)); err != nil {
 		s.log.Debug("teardown: halt", "err", err)
 	}
-	c.inband(NVSPRevokeRecvBuf{ID: NVSRxBufSig}.Marshal(nil))
-	c.inband(NVSPRevokeSendBuf{ID: NVSChimSig}.Marshal(nil))
+	c.inband(nvsp.RevokeRecvBuf{ID: nvsp.RecvBufID}.Marshal(nil))
+	c.inband(nvsp.RevokeSendBuf{ID: nvsp.SendBufIDDPDK}.Marshal(nil))
 	// Linger until the host has read the goodbyes and completed what was
 	// in flight (DPDK drains up to 1 s, lingering 200 ms per revoke).
 	q0 := s.queues[0]
@@ -566,11 +568,11 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 		stage:   make([]*Packet, cfg.RxStage),
 		fresh:   make([]*Packet, 32),
 		scratch: make([]byte, maxControlMessage),
-		ackMsg:  NVSPRNDISComplete{Status: NVSPStatSuccess}.Marshal(nil),
+		ackMsg:  nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil),
 		txWake:  make(chan struct{}, 1),
 		gpa:     newIdxRing(gpaSlots),
 		gpaPkts: make([]*Packet, gpaSlots), gpaBytes: make([]uint32, gpaSlots),
-		nvspBuf: make([]byte, 0, NVSPMessageSize),
+		nvspBuf: make([]byte, 0, nvsp.MessageSize),
 		hdrBuf:  make([]byte, 0, 1024),
 		pfns:    make([]uint64, 0, 128),
 		txDone:  make([]*Packet, 0, 256),

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -169,7 +171,7 @@ func TestOpenReflectRoundTrip(t *testing.T) {
 	if n.MTU() != 1500 {
 		t.Errorf("MTU %d", n.MTU())
 	}
-	if v, _ := n.Protocol(); v != netvsc.NVSPProtocolVersion61 {
+	if v, _ := n.Protocol(); v != nvsp.Version61 {
 		t.Errorf("NVSP %#x", v)
 	}
 	if !n.Link().Up {
@@ -187,7 +189,7 @@ func TestOpenReflectRoundTrip(t *testing.T) {
 	hs := sn.Stats()
 	t.Logf("guest %+v", q)
 	t.Logf("host tx %d rx %d sends %d transfers %d", hs.TxPackets, hs.RxPackets, hs.TxSends, hs.RxTransfers)
-	if hs.PacketFilter != netvsc.NDISPacketFilterDefault {
+	if hs.PacketFilter != rndis.NDISPacketFilterDefault {
 		t.Errorf("filter %#x", hs.PacketFilter)
 	}
 	if err := n.Close(); err != nil {

@@ -9,7 +9,7 @@ package netvsc
 // here and a tid can be owed only once, so the ring can never fill: a host
 // that keeps sending while our completions wait (it stopped reading its
 // inbound ring) has to reuse a tid still owed, and that is the protocol
-// violation add reports (KindDuplicateTID), never growth.
+// violation add reports (protoerr.KindDuplicateTID), never growth.
 //
 // Not safe for concurrent use: the queue's ackMu guards it. The zero value
 // owes nothing and refuses every tid.

@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -32,7 +35,7 @@ func unreadQueue(t *testing.T, subAllocs uint32, out int) *Queue {
 	s := &session{subAllocs: subAllocs, recv: make([]byte, int(subAllocs)*2048), dead: make(chan struct{}),
 		log: slog.New(slog.DiscardHandler), nic: &NIC{}}
 	q := &Queue{s: s, ch: ch, scratch: make([]byte, maxControlMessage),
-		ackMsg: NVSPRNDISComplete{Status: NVSPStatSuccess}.Marshal(nil)}
+		ackMsg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}
 	q.initAcks()
 	return q
 }
@@ -40,25 +43,25 @@ func unreadQueue(t *testing.T, subAllocs uint32, out int) *Queue {
 // TestFloodWithoutReadingCompletionsIsCountedNotGrown: a host that keeps
 // sending transfer-page packets while it reads none of the guest's
 // completions gets every sub-allocation's completion owed, then has to
-// reuse an id still owed: each such packet is KindDuplicateTID, and the
+// reuse an id still owed: each such packet is protoerr.KindDuplicateTID, and the
 // owed completions never outgrow one slot per sub-allocation.
 func TestFloodWithoutReadingCompletionsIsCountedNotGrown(t *testing.T) {
 	const count = 64
 	q := unreadQueue(t, count, 1024) // room for fewer than count completions
 	for tid := range count {
-		PutRNDISPacket(q.s.recv[tid*2048:], nil, make([]byte, 100))
+		rndis.PutPacket(q.s.recv[tid*2048:], nil, make([]byte, 100))
 	}
 	accepted, dups := 0, 0
 	for range 4 {
 		for tid := range uint32(count) {
-			hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 1)
+			hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 1)
 			hdr = vmbus.AppendTransferRange(hdr, 2048, tid*2048)
 			p, err := xferPacket(t, uint64(tid), hdr, nvspData)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := q.handle(&p); err != nil {
-				wantKind(t, err, KindDuplicateTID)
+				wantKind(t, err, protoerr.KindDuplicateTID)
 				dups++
 			} else {
 				accepted++
@@ -178,13 +181,13 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 	s := &session{subAllocs: count, recv: make([]byte, count*sub), dead: make(chan struct{}), nic: nic}
 	s.running.Store(true)
 	q := &Queue{s: s, ch: ch, pool: pool, stage: make([]*Packet, 4), fresh: make([]*Packet, 4),
-		scratch: make([]byte, maxControlMessage), ackMsg: NVSPRNDISComplete{Status: NVSPStatSuccess}.Marshal(nil)}
+		scratch: make([]byte, maxControlMessage), ackMsg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}
 	q.initAcks()
 
 	sent, reused := []byte("frame 1 from the host"), []byte("frame 2 from the host") // as long: the range fits both
-	ind := RNDISIndicateStatus{Status: RNDISStatusMediaConnect}.Marshal(nil)
+	ind := rndis.IndicateStatus{Status: rndis.StatusMediaConnect}.Marshal(nil)
 	copy(s.recv[0:], ind) // from the control sub-allocations
-	n, err := PutRNDISPacket(s.recv[tid*sub:], nil, sent)
+	n, err := rndis.PutPacket(s.recv[tid*sub:], nil, sent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,13 +212,13 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 		q.sendAcks(true)
 		for _, done := range completions() {
 			early++
-			if _, err := PutRNDISPacket(s.recv[done*sub:], nil, reused); err != nil {
+			if _, err := rndis.PutPacket(s.recv[done*sub:], nil, reused); err != nil {
 				t.Error(err)
 			}
 		}
 	}})
 
-	hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 2)
+	hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 2)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(len(ind)), 0)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(n), tid*sub)
 	p, err := xferPacket(t, tid, hdr, nvspData)

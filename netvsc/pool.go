@@ -3,6 +3,8 @@ package netvsc
 import (
 	"fmt"
 	"sync"
+
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 // Packet is one Ethernet frame (no FCS) in a fixed-size buffer from a
@@ -130,7 +132,7 @@ type Pool struct {
 
 // Headroom reserved in front of each frame: a PACKET_MSG header and every
 // per-packet info this package writes, rounded up.
-const Headroom = (MaxRNDISPacketHeaderLen + 63) &^ 63
+const Headroom = (rndis.MaxPacketHeaderLen + 63) &^ 63
 
 // NewPool returns a pool of n buffers, each holding Headroom plus frame
 // bytes. With gpa set the buffers are carved from it (and frames in them

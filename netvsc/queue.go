@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -266,7 +268,7 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		// DPDK indexes its receive bookkeeping with the tid: openvmm's
 		// convention (the first sub-allocation) keeps it below the count.
 		if p.TransID >= uint64(q.s.subAllocs) {
-			return perr("XFER_PAGES", KindSectionIndex, "transaction_id", p.TransID)
+			return protoerr.New("XFER_PAGES", protoerr.KindSectionIndex, "transaction_id", p.TransID)
 		}
 		// The tid is owed only once every range was read: from then on
 		// whoever holds outMu (a TxBurst on another goroutine) may send
@@ -278,14 +280,14 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		dup := q.acks.owes(tid)
 		q.ackMu.Unlock()
 		if dup {
-			return perr("XFER_PAGES", KindDuplicateTID, "transaction_id", p.TransID)
+			return protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}
 		err := parseXfer(p, q.s.recv, q.scratch, q)
 		q.ackMu.Lock()
 		added := q.acks.add(tid)
 		q.ackMu.Unlock()
 		if !added && err == nil {
-			err = perr("XFER_PAGES", KindDuplicateTID, "transaction_id", p.TransID)
+			err = protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}
 		return err
 	case vmbus.PacketCompletion:
@@ -293,7 +295,7 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 	case vmbus.PacketInband:
 		return q.s.inband(q, p)
 	}
-	return perr("VMBUS", KindType, "packet type", uint64(p.Type))
+	return protoerr.New("VMBUS", protoerr.KindType, "packet type", uint64(p.Type))
 }
 
 // complete handles the host's completion of one of our requests.
@@ -307,7 +309,7 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 		}
 		i := int(idx) - q.secLo
 		if i < 0 || i >= len(q.secFrames) {
-			return perr("SEND_RNDIS_PKT_COMPLETE", KindSectionIndex, "cookie", uint64(idx))
+			return protoerr.New("SEND_RNDIS_PKT_COMPLETE", protoerr.KindSectionIndex, "cookie", uint64(idx))
 		}
 		q.countTxDone(st, q.secFrames[i], q.secBytes[i])
 		q.sec.put(idx)
@@ -328,14 +330,14 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 	case cookieCtlSend:
 		return q.s.ctl.onSendDone(p.Payload())
 	default:
-		return perr("COMPLETION", KindType, "cookie", p.Cookie)
+		return protoerr.New("COMPLETION", protoerr.KindType, "cookie", p.Cookie)
 	}
 	return nil
 }
 
-func (q *Queue) countTxDone(st NVSPStatus, frames, bytes uint32) {
+func (q *Queue) countTxDone(st nvsp.Status, frames, bytes uint32) {
 	q.c.txCompletions.inc()
-	if st != NVSPStatSuccess {
+	if st != nvsp.StatusSuccess {
 		// Linux logs it and frees the send all the same; the host
 		// dropped the frames, the device carries on.
 		q.c.txFailed.add(uint64(frames))
@@ -347,8 +349,8 @@ func (q *Queue) countTxDone(st NVSPStatus, frames, bytes uint32) {
 }
 
 // sendStatus decodes the host's SEND_RNDIS_PKT_COMPLETE.
-func sendStatus(b []byte) (NVSPStatus, error) {
-	var m NVSPRNDISComplete
+func sendStatus(b []byte) (nvsp.Status, error) {
+	var m nvsp.RNDISComplete
 	if err := m.Unmarshal(b); err != nil {
 		return 0, err
 	}

@@ -6,7 +6,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -14,7 +17,7 @@ import (
 type recorder struct {
 	recv     []byte
 	frames   [][]byte
-	infos    []PacketInfo
+	infos    []rndis.PacketInfo
 	controls [][]byte
 }
 
@@ -63,23 +66,23 @@ func xferPacket(t testing.TB, tid uint64, hdr, payload []byte) (vmbus.Packet, er
 	return in.Read(make([]byte, 16<<10))
 }
 
-var nvspData = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: NVSChimIdxInvalid}.Marshal(nil)
+var nvspData = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(nil)
 
 func TestParseXferFramesAndInfo(t *testing.T) {
 	recv := make([]byte, 4*2048)
-	var info PacketInfo
-	info.SetVLAN(NewVLANInfo(5, false, 42))
+	var info rndis.PacketInfo
+	info.SetVLAN(rndis.NewVLANInfo(5, false, 42))
 	info.SetHashValue(0xdeadbeef)
-	info.SetHashInfo(NDISHashFunctionToeplitz | NDISHashTCPIPv4)
-	info.SetChecksum(uint32(RxChecksumTCPOK | RxChecksumIPOK))
+	info.SetHashInfo(rndis.NDISHashFunctionToeplitz | rndis.NDISHashTCPIPv4)
+	info.SetChecksum(uint32(rndis.RxChecksumTCPOK | rndis.RxChecksumIPOK))
 	f1 := []byte("0123456789abcdef0123456789abcdefxyz")
-	if _, err := PutRNDISPacketAt(recv[2048:], &info, f1, 256, 2048); err != nil {
+	if _, err := rndis.PutPacketAt(recv[2048:], &info, f1, 256, 2048); err != nil {
 		t.Fatal(err)
 	}
-	n2, _ := PutRNDISPacket(recv[4096:], nil, []byte("second frame......"))
-	ctl := RNDISSetCmplt{RequestID: 7}.Marshal(nil)
+	n2, _ := rndis.PutPacket(recv[4096:], nil, []byte("second frame......"))
+	ctl := rndis.SetComplete{RequestID: 7}.Marshal(nil)
 	copy(recv[6144:], ctl)
-	hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 3)
+	hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 3)
 	hdr = vmbus.AppendTransferRange(hdr, 2048, 2048)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(n2), 4096)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(len(ctl)), 6144)
@@ -96,7 +99,7 @@ func TestParseXferFramesAndInfo(t *testing.T) {
 	}
 	var m Meta
 	applyRxInfo(&m, &r.infos[0])
-	if m.Flags&MetaVLAN == 0 || m.VLAN != NewVLANInfo(5, false, 42).TCI() || m.Flags&MetaHash == 0 || m.Hash != 0xdeadbeef ||
+	if m.Flags&MetaVLAN == 0 || m.VLAN != rndis.NewVLANInfo(5, false, 42).TCI() || m.Flags&MetaHash == 0 || m.Hash != 0xdeadbeef ||
 		m.Flags&MetaRxL4ChecksumOK == 0 || m.Flags&MetaRxIPChecksumOK == 0 {
 		t.Errorf("meta %+v", m)
 	}
@@ -107,7 +110,7 @@ func TestParseXferFramesAndInfo(t *testing.T) {
 
 func TestParseXferRejects(t *testing.T) {
 	recv := make([]byte, 8192)
-	good, _ := PutRNDISPacket(recv[0:], nil, make([]byte, 100))
+	good, _ := rndis.PutPacket(recv[0:], nil, make([]byte, 100))
 	packet := func(set uint16, ranges ...[2]uint32) []byte {
 		h := vmbus.TransferPageHeader(nil, set, len(ranges))
 		for _, r := range ranges {
@@ -116,31 +119,31 @@ func TestParseXferRejects(t *testing.T) {
 		return h
 	}
 	put := func(off int, f func(b []byte)) {
-		PutRNDISPacket(recv[off:], nil, make([]byte, 100))
+		rndis.PutPacket(recv[off:], nil, make([]byte, 100))
 		f(recv[off:])
 	}
 	put(1024, func(b []byte) { binary.LittleEndian.PutUint32(b[4:], 5000) })                                           // MessageLength past the range
 	put(2048, func(b []byte) { binary.LittleEndian.PutUint32(b[8:], 8) })                                              // DataOffset inside the header
 	put(3072, func(b []byte) { binary.LittleEndian.PutUint32(b[12:], 0) })                                             // DataLength 0
 	put(4096, func(b []byte) { binary.LittleEndian.PutUint32(b[12:], 1000) })                                          // data past MessageLength
-	put(5120, func(b []byte) { binary.LittleEndian.PutUint32(b[28:], 38); binary.LittleEndian.PutUint32(b[32:], 16) }) // PPI offset misaligned
+	put(5120, func(b []byte) { binary.LittleEndian.PutUint32(b[28:], 38); binary.LittleEndian.PutUint32(b[32:], 16) }) // rndis.PPI offset misaligned
 	put(5120+512, func(b []byte) { binary.LittleEndian.PutUint32(b[0:], 0x77) })                                       // unknown type (control path)
 	for _, tc := range []struct {
 		name    string
 		hdr     []byte
 		payload []byte
-		kind    Kind
+		kind    protoerr.Kind
 	}{
-		{"pageset", packet(0x1234, [2]uint32{uint32(good), 0}), nvspData, KindType},
-		{"range-past-end", packet(NVSRxBufSig, [2]uint32{200, 8100}), nvspData, KindRange},
-		{"range-overflow", packet(NVSRxBufSig, [2]uint32{0xffffffff, 16}), nvspData, KindRange},
-		{"short-range", packet(NVSRxBufSig, [2]uint32{4, 0}), nvspData, KindShort},
-		{"nvsp-type", packet(NVSRxBufSig, [2]uint32{uint32(good), 0}), NVSPRNDISComplete{}.Marshal(nil), KindType},
-		{"message-length", packet(NVSRxBufSig, [2]uint32{1000, 1024}), nvspData, KindLength},
-		{"data-offset", packet(NVSRxBufSig, [2]uint32{1000, 2048}), nvspData, KindOffset},
-		{"data-length", packet(NVSRxBufSig, [2]uint32{1000, 3072}), nvspData, KindDataLength},
-		{"data-range", packet(NVSRxBufSig, [2]uint32{1000, 4096}), nvspData, KindRange},
-		{"ppi-offset", packet(NVSRxBufSig, [2]uint32{1000, 5120}), nvspData, KindOffset},
+		{"pageset", packet(0x1234, [2]uint32{uint32(good), 0}), nvspData, protoerr.KindType},
+		{"range-past-end", packet(nvsp.RecvBufID, [2]uint32{200, 8100}), nvspData, protoerr.KindRange},
+		{"range-overflow", packet(nvsp.RecvBufID, [2]uint32{0xffffffff, 16}), nvspData, protoerr.KindRange},
+		{"short-range", packet(nvsp.RecvBufID, [2]uint32{4, 0}), nvspData, protoerr.KindShort},
+		{"nvsp-type", packet(nvsp.RecvBufID, [2]uint32{uint32(good), 0}), nvsp.RNDISComplete{}.Marshal(nil), protoerr.KindType},
+		{"message-length", packet(nvsp.RecvBufID, [2]uint32{1000, 1024}), nvspData, protoerr.KindLength},
+		{"data-offset", packet(nvsp.RecvBufID, [2]uint32{1000, 2048}), nvspData, protoerr.KindOffset},
+		{"data-length", packet(nvsp.RecvBufID, [2]uint32{1000, 3072}), nvspData, protoerr.KindDataLength},
+		{"data-range", packet(nvsp.RecvBufID, [2]uint32{1000, 4096}), nvspData, protoerr.KindRange},
+		{"ppi-offset", packet(nvsp.RecvBufID, [2]uint32{1000, 5120}), nvspData, protoerr.KindOffset},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := xferPacket(t, 1, tc.hdr, tc.payload)
@@ -148,7 +151,7 @@ func TestParseXferRejects(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = parseXfer(&p, recv, make([]byte, maxControlMessage), &recorder{recv: recv})
-			var pe *ProtocolError
+			var pe *protoerr.Error
 			if !errors.As(err, &pe) || pe.Kind != tc.kind {
 				t.Fatalf("got %v, want kind %s", err, tc.kind)
 			}
@@ -206,16 +209,16 @@ func TestSegmentChecksums(t *testing.T) {
 // the receive buffer.
 func FuzzRxTransferPage(f *testing.F) {
 	recv := make([]byte, 4096)
-	n, _ := PutRNDISPacket(recv[512:], nil, []byte("seed frame with some bytes"))
-	hdr := vmbus.TransferPageHeader(nil, NVSRxBufSig, 2)
+	n, _ := rndis.PutPacket(recv[512:], nil, []byte("seed frame with some bytes"))
+	hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 2)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(n), 512)
 	hdr = vmbus.AppendTransferRange(hdr, 100, 4000)
 	f.Add(hdr, nvspData, recv)
-	var info PacketInfo
+	var info rndis.PacketInfo
 	info.SetVLAN(3)
 	info.SetChecksum(1)
-	PutRNDISPacketAt(recv[1024:], &info, []byte("ppi frame"), 256, 1024)
-	hdr2 := vmbus.AppendTransferRange(vmbus.TransferPageHeader(nil, NVSRxBufSig, 1), 1024, 1024)
+	rndis.PutPacketAt(recv[1024:], &info, []byte("ppi frame"), 256, 1024)
+	hdr2 := vmbus.AppendTransferRange(vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 1), 1024, 1024)
 	f.Add(hdr2, nvspData, recv)
 	f.Fuzz(func(t *testing.T, hdr, payload, recv []byte) {
 		if len(hdr) > 4096 || len(payload) > 4096 || len(recv) > 1<<20 {

@@ -3,7 +3,8 @@ package netvsc
 import (
 	"encoding/binary"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 // Software segmentation of TSO super-frames (TCP frames the sender marked
@@ -23,18 +24,18 @@ const (
 // segment sends a TSO super-frame in segments; false means not enough
 // free sections or ring now (the packet stays the caller's). A frame that
 // is not a well-formed TCP/IP frame is dropped (tx_too_big).
-func (q *Queue) segment(p *Packet, info *PacketInfo) bool {
+func (q *Queue) segment(p *Packet, info *rndis.PacketInfo) bool {
 	s := q.s
 	frame := p.Data()
 	// A segment must be a legal frame and fit a send section with its
 	// header and per-packet info.
-	maxFrame := min(s.mtu+EthernetHeaderSize, s.aggMax-RNDISPacketHeaderSize-2*PPIUint32Size)
+	maxFrame := min(s.mtu+EthernetHeaderSize, s.aggMax-rndis.PacketHeaderSize-2*rndis.PPIUint32Size)
 	drop := func() bool { return q.drop(p, &q.c.txTooBig) }
 	if len(frame) < EthernetHeaderSize+20 {
 		return drop()
 	}
-	var sub PacketInfo // what every segment carries: hash and VLAN
-	sub.Has = info.Has & (InfoHashValue | InfoVLAN)
+	var sub rndis.PacketInfo // what every segment carries: hash and VLAN
+	sub.Has = info.Has & (rndis.InfoHashValue | rndis.InfoVLAN)
 	sub.HashValue, sub.VLAN = info.HashValue, info.VLAN
 	et := binary.BigEndian.Uint16(frame[12:])
 	l3 := EthernetHeaderSize
@@ -100,7 +101,7 @@ func (q *Queue) reserve(k int) bool {
 	return true
 }
 
-func (q *Queue) copyPiece(seg []byte, info *PacketInfo) {
+func (q *Queue) copyPiece(seg []byte, info *rndis.PacketInfo) {
 	if q.copyFrame(seg, info) == copyOK {
 		q.c.txSegments.inc()
 	} else {

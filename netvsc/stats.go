@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -209,7 +210,7 @@ func AllChecks() []string {
 	for _, k := range vmbus.CorruptKinds() {
 		out = append(out, "vmbus: "+k.String())
 	}
-	for _, k := range Kinds() {
+	for _, k := range protoerr.Kinds() {
 		out = append(out, "netvsc: "+k.String())
 	}
 	slices.Sort(out)

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -33,7 +35,7 @@ import (
 // burst: the end of a burst sends it, then publishes the ring once.
 
 // nvspSendSize is the ring bytes of one section send.
-var nvspSendSize = vmbus.PacketSize(0, NVSPMessageSize)
+var nvspSendSize = vmbus.PacketSize(0, nvsp.MessageSize)
 
 // TxBurst queues frames for transmission and returns how many it took.
 // Taken packets belong to the queue (freed once copied, or when the host
@@ -107,7 +109,7 @@ func (q *Queue) txOne(p *Packet) bool {
 		return true
 	}
 	frame := p.Data()
-	// Hyper-V drops frames with an in-band tag: move it to the PPI
+	// Hyper-V drops frames with an in-band tag: move it to the rndis.PPI
 	// (DPDK 06c968f9ba).
 	if len(frame) >= 18 && frame[12] == 0x81 && frame[13] == 0x00 && p.Meta.Flags&MetaVLAN == 0 {
 		p.Meta.Flags |= MetaVLAN
@@ -118,13 +120,13 @@ func (q *Queue) txOne(p *Packet) bool {
 		frame = p.Data()
 		q.c.txVLANMoved.inc()
 	}
-	var info PacketInfo
+	var info rndis.PacketInfo
 	q.txInfo(p, &info)
-	msgLen := RNDISPacketHeaderSize + info.PPILen() + len(frame)
+	msgLen := rndis.PacketHeaderSize + info.PPILen() + len(frame)
 	tso := p.Meta.Flags&MetaTxLSO != 0
 	// hostLSO: a super-frame the host segments (LSOv2 granted, within its
 	// size limit; txInfo).
-	hostLSO := info.Has&InfoLSO != 0
+	hostLSO := info.Has&rndis.InfoLSO != 0
 	if len(frame) > s.mtu+EthernetHeaderSize && !hostLSO {
 		switch {
 		case !tso:
@@ -138,7 +140,7 @@ func (q *Queue) txOne(p *Packet) bool {
 		switch q.copyFrame(frame, &info) {
 		case copyOK:
 			q.c.txCopied.inc()
-			if info.Has&InfoLSO != 0 {
+			if info.Has&rndis.InfoLSO != 0 {
 				q.c.txLSO.inc()
 			}
 			q.txDone = append(q.txDone, p)
@@ -178,38 +180,38 @@ func (q *Queue) drop(p *Packet, c *ctr) bool {
 
 // txInfo builds the per-packet info of a frame: the queue hash (DPDK: the
 // queue id steers the completion), VLAN, and the offloads the host took.
-func (q *Queue) txInfo(p *Packet, info *PacketInfo) {
+func (q *Queue) txInfo(p *Packet, info *rndis.PacketInfo) {
 	s := q.s
 	if len(s.queues) > 1 {
 		info.SetHashValue(uint32(q.idx))
 	}
 	m := &p.Meta
 	if m.Flags&MetaVLAN != 0 {
-		info.SetVLAN(VLANInfoFromTCI(m.VLAN))
+		info.SetVLAN(rndis.VLANInfoFromTCI(m.VLAN))
 	}
 	if m.Flags&(MetaTxTCPChecksum|MetaTxUDPChecksum|MetaTxIPChecksum) != 0 && s.off.csum(m.Flags) {
-		var c TxChecksum
+		var c rndis.TxChecksum
 		if m.Flags&MetaTxIPv4 != 0 {
-			c |= TxChecksumIPv4
+			c |= rndis.TxChecksumIPv4
 		}
 		if m.Flags&MetaTxIPv6 != 0 {
-			c |= TxChecksumIPv6
+			c |= rndis.TxChecksumIPv6
 		}
 		if m.Flags&MetaTxTCPChecksum != 0 {
-			c |= TxChecksumTCP
+			c |= rndis.TxChecksumTCP
 		}
 		if m.Flags&MetaTxUDPChecksum != 0 {
-			c |= TxChecksumUDP
+			c |= rndis.TxChecksumUDP
 		}
 		if m.Flags&MetaTxIPChecksum != 0 {
-			c |= TxChecksumIPHeader
+			c |= rndis.TxChecksumIPHeader
 		}
-		info.SetChecksum(uint32(NewTxChecksum(c, int(m.L4Off))))
+		info.SetChecksum(uint32(rndis.NewTxChecksum(c, int(m.L4Off))))
 	}
 	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) {
 		// Whole: in a section when it fits (Linux copies any send smaller
 		// than a section), else GPA-direct; txOne cuts it otherwise.
-		info.SetLSO(NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
+		info.SetLSO(rndis.NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
 	}
 }
 
@@ -222,7 +224,7 @@ const (
 )
 
 // copyFrame appends a PACKET_MSG to the open section, or opens one.
-func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
+func (q *Queue) copyFrame(frame []byte, info *rndis.PacketInfo) copyResult {
 	dst, r := q.allocFrame(len(frame), info)
 	if r == copyOK {
 		copy(dst, frame)
@@ -233,9 +235,9 @@ func (q *Queue) copyFrame(frame []byte, info *PacketInfo) copyResult {
 // allocFrame writes the header and per-packet info of an n-byte frame's
 // PACKET_MSG into the open section (or a new one) and returns where the
 // frame goes, for the caller to fill before the section is flushed.
-func (q *Queue) allocFrame(n int, info *PacketInfo) ([]byte, copyResult) {
+func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 	s := q.s
-	hdr := RNDISPacketHeaderSize + info.PPILen()
+	hdr := rndis.PacketHeaderSize + info.PPILen()
 	need := hdr + n
 	if need > s.aggMax {
 		return nil, copyNoSection // the callers check; a section could never hold it
@@ -245,11 +247,11 @@ func (q *Queue) allocFrame(n int, info *PacketInfo) ([]byte, copyResult) {
 		pos := (c.used + s.align - 1) &^ (s.align - 1)
 		if c.frames < s.maxPkts && pos+need <= s.aggMax {
 			sec := s.send.section(c.idx)
-			if _, err := PadRNDISMessage(sec[c.last:pos], s.align); err != nil {
+			if _, err := rndis.PadMessage(sec[c.last:pos], s.align); err != nil {
 				pos = -1 // cannot happen: pos is the padded end
 			}
 			if pos >= 0 {
-				PutRNDISPacketHeader(sec[pos:], info, n)
+				rndis.PutPacketHeader(sec[pos:], info, n)
 				c.used, c.last = pos+need, pos
 				c.frames++
 				c.bytes += n
@@ -267,7 +269,7 @@ func (q *Queue) allocFrame(n int, info *PacketInfo) ([]byte, copyResult) {
 		return nil, copyNoSection
 	}
 	sec := s.send.section(int(idx))
-	PutRNDISPacketHeader(sec, info, n)
+	rndis.PutPacketHeader(sec, info, n)
 	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: n}
 	return sec[hdr:need], copyOK
 }
@@ -292,7 +294,7 @@ func (q *Queue) flushSection() {
 	c.open = false
 	i := c.idx - q.secLo
 	q.secFrames[i], q.secBytes[i] = uint32(c.frames), uint32(c.bytes)
-	q.nvspBuf = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(q.nvspBuf[:0])
+	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(q.nvspBuf[:0])
 	if _, err := q.ch.SendRequest(vmbus.PacketInband, cookieSection|uint64(c.idx), nil, q.nvspBuf); err != nil {
 		q.stash = append(q.stash, uint32(c.idx))
 		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
@@ -308,9 +310,9 @@ func (q *Queue) flushSection() {
 // sendGPA sends one frame GPA-direct from its pinned buffer, the RNDIS
 // header written into the headroom in front of it so that the message is
 // one range (vmbus-uio.md §2.2: one gpa_range listing every page).
-func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
+func (q *Queue) sendGPA(p *Packet, info *rndis.PacketInfo) bool {
 	q.flushSection()
-	hdrLen := RNDISPacketHeaderSize + info.PPILen()
+	hdrLen := rndis.PacketHeaderSize + info.PPILen()
 	if p.off < hdrLen {
 		q.c.txTooBig.inc()
 		q.txDone = append(q.txDone, p)
@@ -322,7 +324,7 @@ func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
 		return false
 	}
 	start := p.off - hdrLen
-	PutRNDISPacketHeader(p.buf[start:], info, p.n)
+	rndis.PutPacketHeader(p.buf[start:], info, p.n)
 	pageOff, pfns, ok := p.pool.gpaOf(p, start, hdrLen+p.n, q.pfns[:0])
 	q.pfns = pfns[:0]
 	if !ok {
@@ -331,13 +333,13 @@ func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
 	}
 	q.hdrBuf = vmbus.GPAHeader(q.hdrBuf[:0], 1)
 	q.hdrBuf = vmbus.AppendGPARange(q.hdrBuf, uint32(hdrLen+p.n), pageOff, pfns)
-	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), NVSPMessageSize)+nvspSendSize {
+	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), nvsp.MessageSize)+nvspSendSize {
 		q.gpaUntake(slot)
 		q.c.txBusy.inc()
 		return false
 	}
 	q.gpaPkts[slot], q.gpaBytes[slot] = p, uint32(p.n)
-	q.nvspBuf = NVSPRNDISPacket{ChannelType: RMCData, SectionIndex: NVSChimIdxInvalid}.Marshal(q.nvspBuf[:0])
+	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(q.nvspBuf[:0])
 	if _, err := q.ch.SendRequest(vmbus.PacketGPADirect, cookieGPA|uint64(slot), q.hdrBuf, q.nvspBuf); err != nil {
 		q.gpaPkts[slot] = nil
 		q.gpaUntake(slot)
@@ -348,7 +350,7 @@ func (q *Queue) sendGPA(p *Packet, info *PacketInfo) bool {
 		return false
 	}
 	q.c.txGPA.inc()
-	if info.Has&InfoLSO != 0 {
+	if info.Has&rndis.InfoLSO != 0 {
 		q.c.txLSO.inc()
 	}
 	return true

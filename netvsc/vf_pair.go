@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 )
 
 type vfManager struct {
@@ -33,7 +34,7 @@ type vfManager struct {
 	mode VFMode
 	xdp  afxdp.Config
 	log  *slog.Logger
-	qs   [MaxSubchannels]*vfQueue
+	qs   [nvsp.MaxSubchannels]*vfQueue
 
 	kick  chan struct{}
 	req   chan vfRequest
@@ -195,7 +196,7 @@ func (m *vfManager) association(s *session, allocated bool, serial uint32) {
 
 // hostSwitch records a host-initiated SWITCH_DATA_PATH (hook).
 func (m *vfManager) hostSwitch(s *session, path uint32) {
-	if path != DataPathSynthetic {
+	if path != nvsp.DataPathSynthetic {
 		return
 	}
 	now := time.Now()

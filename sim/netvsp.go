@@ -52,7 +52,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -277,8 +277,8 @@ func (c *NICConfig) fill() error {
 	if c.MaxQueues == 0 {
 		c.MaxQueues = DefaultMaxQueues
 	}
-	if c.MaxQueues < 1 || c.MaxQueues > netvsc.MaxSubchannels {
-		return fmt.Errorf("sim: nic: MaxQueues %d out of range 1..%d", c.MaxQueues, netvsc.MaxSubchannels)
+	if c.MaxQueues < 1 || c.MaxQueues > nvsp.MaxSubchannels {
+		return fmt.Errorf("sim: nic: MaxQueues %d out of range 1..%d", c.MaxQueues, nvsp.MaxSubchannels)
 	}
 	if c.NeverOpen < 0 {
 		return fmt.Errorf("sim: nic: NeverOpen %d", c.NeverOpen)
@@ -292,22 +292,22 @@ func (c *NICConfig) fill() error {
 	if c.RecvSectionSize == 0 {
 		c.RecvSectionSize = DefaultRecvSectionSize
 	}
-	if c.RecvSectionSize != RecvSectionFromMTU && c.RecvSectionSize < netvsc.MinSectionSize {
-		return fmt.Errorf("sim: nic: receive section size %d below %d", c.RecvSectionSize, netvsc.MinSectionSize)
+	if c.RecvSectionSize != RecvSectionFromMTU && c.RecvSectionSize < nvsp.MinSectionSize {
+		return fmt.Errorf("sim: nic: receive section size %d below %d", c.RecvSectionSize, nvsp.MinSectionSize)
 	}
 	if c.SendSectionSize == 0 {
 		c.SendSectionSize = DefaultSendSectionSize
 	}
-	if c.SendSectionSize < netvsc.MinSectionSize || c.SendSectionSize%4 != 0 || c.SendSectionSize > c.SendBuffer {
-		return fmt.Errorf("sim: nic: send section size %d: want a multiple of 4, >= %d, <= the send buffer", c.SendSectionSize, netvsc.MinSectionSize)
+	if c.SendSectionSize < nvsp.MinSectionSize || c.SendSectionSize%4 != 0 || c.SendSectionSize > c.SendBuffer {
+		return fmt.Errorf("sim: nic: send section size %d: want a multiple of 4, >= %d, <= the send buffer", c.SendSectionSize, nvsp.MinSectionSize)
 	}
 	if c.RecvBuffer < (rxControlSections+c.MaxQueues)*maxNDISMTU {
 		return fmt.Errorf("sim: nic: receive buffer of %d bytes too small for %d queues", c.RecvBuffer, c.MaxQueues)
 	}
 	if c.MaxNVSPVersion == 0 {
-		c.MaxNVSPVersion = netvsc.NVSPProtocolVersion61
+		c.MaxNVSPVersion = nvsp.Version61
 	}
-	if !slices.Contains(netvsc.NVSPVersions(), c.MaxNVSPVersion) {
+	if !slices.Contains(nvsp.Versions(), c.MaxNVSPVersion) {
 		return fmt.Errorf("sim: nic: NVSP version %#x is not one of the protocol's", c.MaxNVSPVersion)
 	}
 	if c.LinkSpeed == 0 {

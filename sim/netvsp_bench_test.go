@@ -10,15 +10,16 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func benchGuest(b *testing.B) *tguest {
 	g := newTGuest(b, tguestOpts{nic: NICConfig{RecvBuffer: DefaultRecvBuffer, SendBuffer: DefaultSendBuffer,
 		RingSize: DefaultRingSize, SubchannelRingSize: DefaultRingSize, MaxQueues: 1}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	return g
 }
 
@@ -44,7 +45,7 @@ func BenchmarkNetVSPHostToGuest(b *testing.B) {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
 			g := benchGuest(b)
 			c := g.chs[0]
-			ack := netvsc.NVSPRNDISComplete{Status: netvsc.NVSPStatSuccess}.Marshal(nil)
+			ack := nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)
 			ctx := context.Background()
 			gen := NewGenerator(GeneratorConfig{Sizes: []int{size}, Count: uint64(b.N), Flows: 64, Batch: 64})
 			b.SetBytes(int64(size))
@@ -68,8 +69,8 @@ func BenchmarkNetVSPHostToGuest(b *testing.B) {
 					b.Fatal(err)
 				}
 				if p.Type == vmbus.PacketTransferPage {
-					var m netvsc.NVSPRNDISPacket
-					if m.Unmarshal(p.Payload()) == nil && m.ChannelType == netvsc.RMCData {
+					var m nvsp.RNDISPacket
+					if m.Unmarshal(p.Payload()) == nil && m.ChannelType == nvsp.RMCData {
 						got += p.RangeCount()
 					}
 					if err := sendFlow(ctx, c, vmbus.PacketCompletion, 0, p.TransID, ack); err != nil {
@@ -118,7 +119,7 @@ func BenchmarkNetVSPGuestToHost(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
-			var nv [netvsc.NVSPMessageSize]byte
+			var nv [nvsp.MessageSize]byte
 			for sent := 0; sent < b.N; {
 				for out >= window {
 					p, err := c.Recv()
@@ -142,7 +143,7 @@ func BenchmarkNetVSPGuestToHost(b *testing.B) {
 				if n < perSec {
 					l = uint32(pad * n)
 				}
-				m := netvsc.NVSPRNDISPacket{ChannelType: netvsc.RMCData, SectionIndex: next, SectionSize: l}.Marshal(nv[:0])
+				m := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: next, SectionSize: l}.Marshal(nv[:0])
 				if err := sendFlow(ctx, c, vmbus.PacketInband, vmbus.FlagCompletionRequested, uint64(next)+1, m); err != nil {
 					b.Fatal(err)
 				}

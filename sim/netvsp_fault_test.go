@@ -6,15 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // readyGuest is a guest through the handshake with the packet filter set.
 func readyGuest(t *testing.T, cfg NICConfig) *tguest {
 	g := newTGuest(t, tguestOpts{nic: cfg})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	return g
 }
 
@@ -34,8 +36,8 @@ func (g *tguest) firstMessage(p *gpkt) ([]byte, xferRange) {
 	return slices.Clone(g.recv[min(uint64(r.offset), end):end]), r
 }
 
-func wantKind(err error, k netvsc.Kind) error {
-	pe, ok := netvsc.IsProtocolError(err)
+func wantKind(err error, k protoerr.Kind) error {
+	pe, ok := protoerr.As(err)
 	if !ok || pe.Kind != k {
 		return fmt.Errorf("got %v, want a %v error", err, k)
 	}
@@ -48,7 +50,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultXferPageSet, true)
 			p := g.oneFrame()
-			if set, _ := p.xfer(); set == netvsc.NVSRxBufSig {
+			if set, _ := p.xfer(); set == nvsp.RecvBufID {
 				return fmt.Errorf("set id %#x", set)
 			}
 			return nil
@@ -71,7 +73,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 				return fmt.Errorf("tid %d, count %d", p.tid, g.subCount)
 			}
 			g.ack(&p) // the careful guest's completion gives the run back
-			g.request(netvsc.NVSPInit{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
+			g.request(nvsp.Init{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
 			if g.violations("unknown receive transaction") != 0 {
 				return fmt.Errorf("completion of the faulted tid counted as the guest's violation")
 			}
@@ -91,51 +93,51 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultNVSPType, true)
 			p := g.oneFrame()
-			var m netvsc.NVSPRNDISPacket
-			return wantKind(m.Unmarshal(p.payload()), netvsc.KindType)
+			var m nvsp.RNDISPacket
+			return wantKind(m.Unmarshal(p.payload()), protoerr.KindType)
 		},
 		NICFaultRNDISLength: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISLength, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			_, err := netvsc.ParseRNDISPacket(msg)
-			return wantKind(err, netvsc.KindLength)
+			_, err := rndis.ParsePacket(msg)
+			return wantKind(err, protoerr.KindLength)
 		},
 		NICFaultRNDISOffset: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISOffset, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			_, err := netvsc.ParseRNDISPacket(msg)
-			return wantKind(err, netvsc.KindRange)
+			_, err := rndis.ParsePacket(msg)
+			return wantKind(err, protoerr.KindRange)
 		},
 		NICFaultRNDISDataLength: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISDataLength, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			_, err := netvsc.ParseRNDISPacket(msg)
-			return wantKind(err, netvsc.KindDataLength)
+			_, err := rndis.ParsePacket(msg)
+			return wantKind(err, protoerr.KindDataLength)
 		},
 		NICFaultBadPPI: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultBadPPI, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			pkt, err := netvsc.ParseRNDISPacket(msg)
+			pkt, err := rndis.ParsePacket(msg)
 			if err != nil {
 				return err
 			}
 			_, err = pkt.Info()
-			return wantKind(err, netvsc.KindPPISize)
+			return wantKind(err, protoerr.KindPPISize)
 		},
 		NICFaultRNDISType: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISType, true)
 			p := g.oneFrame()
 			msg, _ := g.firstMessage(&p)
-			if typ, _ := netvsc.RNDISMessageType(msg); typ != 0x7777 {
+			if typ, _ := rndis.MessageType(msg); typ != 0x7777 {
 				return fmt.Errorf("type %v", typ)
 			}
 			return nil
@@ -150,7 +152,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultTxFail: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultTxFail, true)
-			if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(udpFrame([6]byte{}, [6]byte{}, 1, 64), nil))); st != netvsc.NVSPStatFail {
+			if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(udpFrame([6]byte{}, [6]byte{}, 1, 64), nil))); st != nvsp.StatusFail {
 				return fmt.Errorf("status %v", st)
 			}
 			return nil
@@ -158,30 +160,30 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultNVSPStatus: func(t *testing.T) error {
 			g := newTGuest(t, tguestOpts{})
 			g.nic.SetFault(NICFaultNVSPStatus, true)
-			var ic netvsc.NVSPInitComplete
-			ic.Unmarshal(g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil)))
-			if ic.Status != netvsc.NVSPStatFail {
+			var ic nvsp.InitComplete
+			ic.Unmarshal(g.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil)))
+			if ic.Status != nvsp.StatusFail {
 				return fmt.Errorf("status %v", ic.Status)
 			}
 			return nil
 		},
-		NICFaultRecvSections: func(t *testing.T) error { return recvBufFault(t, NICFaultRecvSections, netvsc.KindSectionCount) },
-		NICFaultRecvOffset:   func(t *testing.T) error { return recvBufFault(t, NICFaultRecvOffset, netvsc.KindSectionOffset) },
-		NICFaultRecvFit:      func(t *testing.T) error { return recvBufFault(t, NICFaultRecvFit, netvsc.KindSectionFit) },
+		NICFaultRecvSections: func(t *testing.T) error { return recvBufFault(t, NICFaultRecvSections, protoerr.KindSectionCount) },
+		NICFaultRecvOffset:   func(t *testing.T) error { return recvBufFault(t, NICFaultRecvOffset, protoerr.KindSectionOffset) },
+		NICFaultRecvFit:      func(t *testing.T) error { return recvBufFault(t, NICFaultRecvFit, protoerr.KindSectionFit) },
 		NICFaultSendSection: func(t *testing.T) error {
 			g := newTGuest(t, tguestOpts{})
 			g.nic.SetFault(NICFaultSendSection, true)
 			preBuffers(g)
-			g.request(netvsc.NVSPRecvBuf{GPADLHandle: g.recvGPADL, ID: netvsc.NVSRxBufSig}.Marshal(nil))
-			var sc netvsc.NVSPSendBufComplete
-			sc.Unmarshal(g.request(netvsc.NVSPSendBuf{GPADLHandle: g.sendGPADL, ID: 1}.Marshal(nil)))
+			g.request(nvsp.RecvBuf{GPADLHandle: g.recvGPADL, ID: nvsp.RecvBufID}.Marshal(nil))
+			var sc nvsp.SendBufComplete
+			sc.Unmarshal(g.request(nvsp.SendBuf{GPADLHandle: g.sendGPADL, ID: 1}.Marshal(nil)))
 			_, err := sc.SectionCount(len(g.send))
-			return wantKind(err, netvsc.KindSectionSize)
+			return wantKind(err, protoerr.KindSectionSize)
 		},
 		NICFaultSubchannelFail: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultSubchannelFail, true)
-			if sc := g.openSubchannels(2); sc.Status != netvsc.NVSPStatFail || sc.Count != 0 {
+			if sc := g.openSubchannels(2); sc.Status != nvsp.StatusFail || sc.Count != 0 {
 				return fmt.Errorf("grant %+v", sc)
 			}
 			return nil
@@ -189,8 +191,8 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultSubchannelOvergrant: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultSubchannelOvergrant, true)
-			var sc netvsc.NVSPSubchannelComplete
-			sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 2}.Marshal(nil)))
+			var sc nvsp.SubchannelComplete
+			sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 2}.Marshal(nil)))
 			if sc.Count != 3 {
 				return fmt.Errorf("granted %d for 2", sc.Count)
 			}
@@ -201,17 +203,17 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g.nic.SetFault(NICFaultBadIndirectionTable, true)
 			g.openSubchannels(1)
 			p := g.next(0, func(p *gpkt) bool {
-				return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg5TypeSendIndirectionTable
+				return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendIndirectionTable
 			})
-			var tab netvsc.NVSPIndirectionTable
-			return wantKind(tab.Unmarshal(p.payload()), netvsc.KindTableCount)
+			var tab nvsp.IndirectionTable
+			return wantKind(tab.Unmarshal(p.payload()), protoerr.KindTableCount)
 		},
 		NICFaultTableDuringSync: func(t *testing.T) error {
 			g := newTGuest(t, tguestOpts{})
 			g.nic.SetFault(NICFaultTableDuringSync, true)
-			tid := g.nvsp(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil), true)
+			tid := g.nvsp(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil), true)
 			p, _ := g.read(0, tgWait)
-			if p.typ != vmbus.PacketInband || p.nvspType() != netvsc.NVSPMsg5TypeSendIndirectionTable {
+			if p.typ != vmbus.PacketInband || p.nvspType() != nvsp.TypeSendIndirectionTable {
 				return fmt.Errorf("first packet %v %v", p.typ, p.nvspType())
 			}
 			g.completion(tid)
@@ -220,7 +222,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultRxDuringSetup: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRxDuringSetup, true)
-			tid := g.nvsp(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil), true)
+			tid := g.nvsp(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 1}.Marshal(nil), true)
 			p, _ := g.read(0, tgWait)
 			if p.typ != vmbus.PacketTransferPage {
 				return fmt.Errorf("first packet %v, want data before the completion", p.typ)
@@ -232,8 +234,8 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISRequestID, true)
 			id := g.newRID()
-			b := g.rndis(netvsc.RNDISQuery{RequestID: id, OID: netvsc.OIDGenLinkSpeed}.Marshal(nil))
-			if _, got, _ := netvsc.RNDISCompletionRequestID(b); got == id {
+			b := g.rndis(rndis.Query{RequestID: id, OID: rndis.OIDGenLinkSpeed}.Marshal(nil))
+			if _, got, _ := rndis.CompletionRequestID(b); got == id {
 				return fmt.Errorf("request id %d unchanged", got)
 			}
 			return nil
@@ -241,7 +243,7 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultRNDISStatus: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISStatus, true)
-			if c := g.query(netvsc.OIDGenLinkSpeed, nil); c.Status != netvsc.RNDISStatusFailure {
+			if c := g.query(rndis.OIDGenLinkSpeed, nil); c.Status != rndis.StatusFailure {
 				return fmt.Errorf("status %v", c.Status)
 			}
 			return nil
@@ -249,23 +251,23 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultRNDISQueryInfo: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultRNDISQueryInfo, true)
-			b := g.rndis(netvsc.RNDISQuery{RequestID: g.newRID(), OID: netvsc.OIDGenLinkSpeed}.Marshal(nil))
-			var c netvsc.RNDISQueryCmplt
-			return wantKind(c.Unmarshal(b), netvsc.KindRange)
+			b := g.rndis(rndis.Query{RequestID: g.newRID(), OID: rndis.OIDGenLinkSpeed}.Marshal(nil))
+			var c rndis.QueryComplete
+			return wantKind(c.Unmarshal(b), protoerr.KindRange)
 		},
 		NICFaultBadIndication: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{LinkSpacing: time.Millisecond})
 			g.nic.SetFault(NICFaultBadIndication, true)
 			g.nic.SetLink(false)
-			var m netvsc.RNDISIndicateStatus
-			return wantKind(m.Unmarshal(g.control()), netvsc.KindRange)
+			var m rndis.IndicateStatus
+			return wantKind(m.Unmarshal(g.control()), protoerr.KindRange)
 		},
 		NICFaultKeepalive: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{})
 			g.nic.SetFault(NICFaultKeepalive, true)
-			g.query(netvsc.OIDGenLinkSpeed, nil)
+			g.query(rndis.OIDGenLinkSpeed, nil)
 			b := g.control()
-			if typ, _ := netvsc.RNDISMessageType(b); typ != netvsc.RNDISMsgKeepalive {
+			if typ, _ := rndis.MessageType(b); typ != rndis.TypeKeepalive {
 				return fmt.Errorf("message %v", typ)
 			}
 			return nil
@@ -273,14 +275,14 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultVFFlap: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{VF: 3, VFDelay: time.Millisecond})
 			isVF := func(p *gpkt) bool {
-				return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSendVFAssociation
+				return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendVFAssociation
 			}
 			g.next(0, isVF)
 			g.nic.SetFault(NICFaultVFFlap, true)
 			var seen []uint32
 			for len(seen) < 2 {
 				p := g.next(0, isVF)
-				var a netvsc.NVSPVFAssociation
+				var a nvsp.VFAssociation
 				a.Unmarshal(p.payload())
 				seen = append(seen, a.Allocated)
 			}
@@ -293,18 +295,18 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 		NICFaultLinkFlap: func(t *testing.T) error {
 			g := readyGuest(t, NICConfig{LinkSpacing: 5 * time.Millisecond})
 			g.nic.SetFault(NICFaultLinkFlap, true)
-			var seen []netvsc.RNDISStatus
+			var seen []rndis.Status
 			for len(seen) < 4 {
-				var m netvsc.RNDISIndicateStatus
+				var m rndis.IndicateStatus
 				if m.Unmarshal(g.control()) == nil {
 					seen = append(seen, m.Status)
 				}
 			}
 			g.nic.SetFault(NICFaultLinkFlap, false)
 			for i, s := range seen {
-				want := netvsc.RNDISStatusMediaDisconnect
+				want := rndis.StatusMediaDisconnect
 				if i%2 == 1 {
-					want = netvsc.RNDISStatusMediaConnect
+					want = rndis.StatusMediaConnect
 				}
 				if s != want {
 					return fmt.Errorf("indications %v", seen)
@@ -328,17 +330,17 @@ func TestNICFaultsTripTheGuestChecks(t *testing.T) {
 
 // preBuffers runs INIT, NDIS config and version.
 func preBuffers(g *tguest) {
-	g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
-	g.nvsp(netvsc.NVSPNDISConfig{MTU: 1514}.Marshal(nil), false)
-	g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
+	g.nvsp(nvsp.NDISConfig{MTU: 1514}.Marshal(nil), false)
+	g.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false)
 }
 
-func recvBufFault(t *testing.T, f NICFault, k netvsc.Kind) error {
+func recvBufFault(t *testing.T, f NICFault, k protoerr.Kind) error {
 	g := newTGuest(t, tguestOpts{})
 	g.nic.SetFault(f, true)
 	preBuffers(g)
-	var rc netvsc.NVSPRecvBufComplete
-	if err := rc.Unmarshal(g.request(netvsc.NVSPRecvBuf{GPADLHandle: g.recvGPADL, ID: netvsc.NVSRxBufSig}.Marshal(nil))); err != nil {
+	var rc nvsp.RecvBufComplete
+	if err := rc.Unmarshal(g.request(nvsp.RecvBuf{GPADLHandle: g.recvGPADL, ID: nvsp.RecvBufID}.Marshal(nil))); err != nil {
 		return err
 	}
 	if g.nic.FaultHits(f) != 1 {

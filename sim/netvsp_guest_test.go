@@ -19,7 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -35,8 +36,8 @@ type gpkt struct {
 
 func (p gpkt) payload() []byte { return p.raw[int(p.off8)*8:] }
 
-func (p gpkt) nvspType() netvsc.NVSPType {
-	t, _ := netvsc.NVSPMessageType(p.payload())
+func (p gpkt) nvspType() nvsp.Type {
+	t, _ := nvsp.MessageType(p.payload())
 	return t
 }
 
@@ -272,38 +273,38 @@ func (g *tguest) request(msg []byte) []byte {
 // handshake runs the DPDK order up to the RNDIS INITIALIZE completion.
 func (g *tguest) handshake(version uint32) {
 	g.t.Helper()
-	var ic netvsc.NVSPInitComplete
-	if err := ic.Unmarshal(g.request(netvsc.NVSPInit{MinVersion: version, MaxVersion: version}.Marshal(nil))); err != nil || ic.Status != netvsc.NVSPStatSuccess {
+	var ic nvsp.InitComplete
+	if err := ic.Unmarshal(g.request(nvsp.Init{MinVersion: version, MaxVersion: version}.Marshal(nil))); err != nil || ic.Status != nvsp.StatusSuccess {
 		g.t.Fatalf("INIT %#x: %v %v", version, err, ic.Status)
 	}
 	g.version = version
-	caps := netvsc.NDISConfigCapIEEE8021Q
-	if version >= netvsc.NVSPProtocolVersion5 {
-		caps |= netvsc.NDISConfigCapSRIOV
+	caps := nvsp.NDISConfigCapIEEE8021Q
+	if version >= nvsp.Version5 {
+		caps |= nvsp.NDISConfigCapSRIOV
 	}
-	if version >= netvsc.NVSPProtocolVersion2 {
-		g.nvsp(netvsc.NVSPNDISConfig{MTU: 1514, Capabilities: caps}.Marshal(nil), false)
+	if version >= nvsp.Version2 {
+		g.nvsp(nvsp.NDISConfig{MTU: 1514, Capabilities: caps}.Marshal(nil), false)
 	}
-	g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersionFor(version)).Marshal(nil), false)
+	g.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersionFor(version)).Marshal(nil), false)
 	g.connectBuffers()
 	g.rndisInit()
 }
 
 func (g *tguest) connectBuffers() {
 	g.t.Helper()
-	var rc netvsc.NVSPRecvBufComplete
-	if err := rc.Unmarshal(g.request(netvsc.NVSPRecvBuf{GPADLHandle: g.recvGPADL, ID: netvsc.NVSRxBufSig}.Marshal(nil))); err != nil {
+	var rc nvsp.RecvBufComplete
+	if err := rc.Unmarshal(g.request(nvsp.RecvBuf{GPADLHandle: g.recvGPADL, ID: nvsp.RecvBufID}.Marshal(nil))); err != nil {
 		g.t.Fatal(err)
 	}
-	if rc.Status != netvsc.NVSPStatSuccess {
+	if rc.Status != nvsp.StatusSuccess {
 		g.t.Fatalf("RECV_BUF: %v", rc.Status)
 	}
 	if err := rc.Validate(len(g.recv)); err != nil {
 		g.t.Fatalf("RECV_BUF_COMPLETE: %v", err)
 	}
 	g.subSize, g.subCount = rc.Section.SubAllocSize, rc.Section.NumSubAllocs
-	var sc netvsc.NVSPSendBufComplete
-	if err := sc.Unmarshal(g.request(netvsc.NVSPSendBuf{GPADLHandle: g.sendGPADL, ID: netvsc.NVSChimSig}.Marshal(nil))); err != nil || sc.Status != netvsc.NVSPStatSuccess {
+	var sc nvsp.SendBufComplete
+	if err := sc.Unmarshal(g.request(nvsp.SendBuf{GPADLHandle: g.sendGPADL, ID: nvsp.SendBufIDDPDK}.Marshal(nil))); err != nil || sc.Status != nvsp.StatusSuccess {
 		g.t.Fatalf("SEND_BUF: %v %v", err, sc.Status)
 	}
 	n, err := sc.SectionCount(len(g.send))
@@ -322,7 +323,7 @@ func (g *tguest) sendRNDIS(ch int, chType uint32, b []byte) uint64 {
 	idx := g.nextSec % g.secCount
 	g.nextSec++
 	copy(g.send[idx*g.secSize:], b)
-	m := netvsc.NVSPRNDISPacket{ChannelType: chType, SectionIndex: idx, SectionSize: uint32(len(b))}
+	m := nvsp.RNDISPacket{ChannelType: chType, SectionIndex: idx, SectionSize: uint32(len(b))}
 	tid := g.newTID()
 	g.sendPkt(ch, vmbus.PacketInband, vmbus.FlagCompletionRequested, tid, nil, m.Marshal(nil))
 	return tid
@@ -344,17 +345,17 @@ func (g *tguest) sendGPA(ch int, chType uint32, pfn uint64, b []byte) uint64 {
 		n++
 	}
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(n))
-	m := netvsc.NVSPRNDISPacket{ChannelType: chType, SectionIndex: netvsc.NVSChimIdxInvalid}
+	m := nvsp.RNDISPacket{ChannelType: chType, SectionIndex: nvsp.NoSection}
 	tid := g.newTID()
 	g.sendPkt(ch, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr, m.Marshal(nil))
 	return tid
 }
 
 // sendStatus waits for the completion of a send and returns its status.
-func (g *tguest) sendStatus(ch int, tid uint64) netvsc.NVSPStatus {
+func (g *tguest) sendStatus(ch int, tid uint64) nvsp.Status {
 	g.t.Helper()
 	p := g.next(ch, func(p *gpkt) bool { return p.typ == vmbus.PacketCompletion && p.tid == tid })
-	var m netvsc.NVSPRNDISComplete
+	var m nvsp.RNDISComplete
 	if err := m.Unmarshal(p.payload()); err != nil {
 		g.t.Fatalf("send completion: %v", err)
 	}
@@ -363,7 +364,7 @@ func (g *tguest) sendStatus(ch int, tid uint64) netvsc.NVSPStatus {
 
 // ack completes a transfer-page packet.
 func (g *tguest) ack(p *gpkt) {
-	g.sendPkt(p.ch, vmbus.PacketCompletion, 0, p.tid, nil, netvsc.NVSPRNDISComplete{Status: netvsc.NVSPStatSuccess}.Marshal(nil))
+	g.sendPkt(p.ch, vmbus.PacketCompletion, 0, p.tid, nil, nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil))
 }
 
 // control waits for the next RNDIS control message (completion or
@@ -374,8 +375,8 @@ func (g *tguest) control() []byte {
 		if p.typ != vmbus.PacketTransferPage {
 			return false
 		}
-		var m netvsc.NVSPRNDISPacket
-		return m.Unmarshal(p.payload()) == nil && m.ChannelType == netvsc.RMCControl
+		var m nvsp.RNDISPacket
+		return m.Unmarshal(p.payload()) == nil && m.ChannelType == nvsp.RMCControl
 	})
 	_, rs := p.xfer()
 	if len(rs) != 1 {
@@ -389,13 +390,13 @@ func (g *tguest) control() []byte {
 // rndis sends an RNDIS control request and returns the host's answer.
 func (g *tguest) rndis(req []byte) []byte {
 	g.t.Helper()
-	tid := g.sendRNDIS(0, netvsc.RMCControl, req)
-	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatSuccess {
+	tid := g.sendRNDIS(0, nvsp.RMCControl, req)
+	if st := g.sendStatus(0, tid); st != nvsp.StatusSuccess {
 		g.t.Fatalf("RNDIS request send status %v", st)
 	}
 	for {
 		b := g.control()
-		if t, _ := netvsc.RNDISMessageType(b); t != netvsc.RNDISMsgIndicateStatus {
+		if t, _ := rndis.MessageType(b); t != rndis.TypeIndicateStatus {
 			return b
 		}
 	}
@@ -403,18 +404,18 @@ func (g *tguest) rndis(req []byte) []byte {
 
 func (g *tguest) rndisInit() {
 	g.t.Helper()
-	var c netvsc.RNDISInitializeCmplt
-	b := g.rndis(netvsc.RNDISInitialize{RequestID: g.newRID(), MajorVersion: 1, MaxTransferSize: 0x4000}.Marshal(nil))
-	if err := c.Unmarshal(b); err != nil || c.Status != netvsc.RNDISStatusSuccess {
+	var c rndis.InitializeComplete
+	b := g.rndis(rndis.Initialize{RequestID: g.newRID(), MajorVersion: 1, MaxTransferSize: 0x4000}.Marshal(nil))
+	if err := c.Unmarshal(b); err != nil || c.Status != rndis.StatusSuccess {
 		g.t.Fatalf("RNDIS INITIALIZE: %v %v", err, c.Status)
 	}
 }
 
-func (g *tguest) query(oid netvsc.OID, in []byte) netvsc.RNDISQueryCmplt {
+func (g *tguest) query(oid rndis.OID, in []byte) rndis.QueryComplete {
 	g.t.Helper()
 	id := g.newRID()
-	var c netvsc.RNDISQueryCmplt
-	if err := c.Unmarshal(g.rndis(netvsc.RNDISQuery{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
+	var c rndis.QueryComplete
+	if err := c.Unmarshal(g.rndis(rndis.Query{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
 		g.t.Fatalf("QUERY %v: %v", oid, err)
 	}
 	if c.RequestID != id {
@@ -423,11 +424,11 @@ func (g *tguest) query(oid netvsc.OID, in []byte) netvsc.RNDISQueryCmplt {
 	return c
 }
 
-func (g *tguest) set(oid netvsc.OID, in []byte) netvsc.RNDISStatus {
+func (g *tguest) set(oid rndis.OID, in []byte) rndis.Status {
 	g.t.Helper()
 	id := g.newRID()
-	var c netvsc.RNDISSetCmplt
-	if err := c.Unmarshal(g.rndis(netvsc.RNDISSet{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
+	var c rndis.SetComplete
+	if err := c.Unmarshal(g.rndis(rndis.Set{RequestID: id, OID: oid, Info: in}.Marshal(nil))); err != nil {
 		g.t.Fatalf("SET %v: %v", oid, err)
 	}
 	return c.Status
@@ -435,7 +436,7 @@ func (g *tguest) set(oid netvsc.OID, in []byte) netvsc.RNDISStatus {
 
 func (g *tguest) setFilter(f uint32) {
 	g.t.Helper()
-	if st := g.set(netvsc.OIDGenCurrentPacketFilter, netvsc.AppendInfoUint32(nil, f)); st != netvsc.RNDISStatusSuccess {
+	if st := g.set(rndis.OIDGenCurrentPacketFilter, rndis.AppendInfoUint32(nil, f)); st != rndis.StatusSuccess {
 		g.t.Fatalf("packet filter: %v", st)
 	}
 }
@@ -445,7 +446,7 @@ type rxFrame struct {
 	ch    int
 	tid   uint64
 	frame []byte
-	info  netvsc.PacketInfo
+	info  rndis.PacketInfo
 }
 
 // data waits for the next data transfer-page packet on channel ch.
@@ -455,8 +456,8 @@ func (g *tguest) data(ch int) gpkt {
 		if p.typ != vmbus.PacketTransferPage {
 			return false
 		}
-		var m netvsc.NVSPRNDISPacket
-		return m.Unmarshal(p.payload()) == nil && m.ChannelType == netvsc.RMCData
+		var m nvsp.RNDISPacket
+		return m.Unmarshal(p.payload()) == nil && m.ChannelType == nvsp.RMCData
 	})
 }
 
@@ -465,7 +466,7 @@ func (g *tguest) data(ch int) gpkt {
 func (g *tguest) frames(p *gpkt) []rxFrame {
 	g.t.Helper()
 	set, rs := p.xfer()
-	if set != netvsc.NVSRxBufSig {
+	if set != nvsp.RecvBufID {
 		g.t.Fatalf("xfer_pageset_id %#x", set)
 	}
 	if p.tid >= uint64(g.subCount) {
@@ -480,7 +481,7 @@ func (g *tguest) frames(p *gpkt) []rxFrame {
 			g.t.Fatalf("range %+v outside the receive buffer", r)
 		}
 		msg := slices.Clone(g.recv[r.offset : r.offset+r.count])
-		pkt, err := netvsc.ParseRNDISPacket(msg)
+		pkt, err := rndis.ParsePacket(msg)
 		if err != nil {
 			g.t.Fatalf("received PACKET_MSG: %v", err)
 		}
@@ -506,9 +507,9 @@ func (g *tguest) recvFrames(ch, n int) []rxFrame {
 }
 
 // rndisPacket builds a PACKET_MSG for frame with info.
-func rndisPacket(frame []byte, info *netvsc.PacketInfo) []byte {
-	b := make([]byte, netvsc.RNDISPacketLen(info, len(frame)))
-	if _, err := netvsc.PutRNDISPacket(b, info, frame); err != nil {
+func rndisPacket(frame []byte, info *rndis.PacketInfo) []byte {
+	b := make([]byte, rndis.PacketLen(info, len(frame)))
+	if _, err := rndis.PutPacket(b, info, frame); err != nil {
 		panic(err)
 	}
 	return b

@@ -44,7 +44,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -68,29 +68,29 @@ func (ss *nicSession) emptyComplete(ch *nicChan, p *vmbus.Packet) error {
 }
 
 // status applies the nvsp-status fault to an answer.
-func (ss *nicSession) status(s netvsc.NVSPStatus) netvsc.NVSPStatus {
-	if s == netvsc.NVSPStatSuccess && ss.n.faults.take(NICFaultNVSPStatus) {
-		return netvsc.NVSPStatFail
+func (ss *nicSession) status(s nvsp.Status) nvsp.Status {
+	if s == nvsp.StatusSuccess && ss.n.faults.take(NICFaultNVSPStatus) {
+		return nvsp.StatusFail
 	}
 	return s
 }
 
 func (ss *nicSession) supportedVersion(v uint32) bool {
-	return v <= ss.n.cfg.MaxNVSPVersion && slices.Contains(netvsc.NVSPVersions(), v)
+	return v <= ss.n.cfg.MaxNVSPVersion && slices.Contains(nvsp.Versions(), v)
 }
 
 // handleNVSP serves an NVSP message other than SEND_RNDIS_PKT on the
 // primary.
-func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType) error {
+func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t nvsp.Type) error {
 	cfg := ss.cfg.Load()
 	pl := p.Payload()
 	nv := &ss.nv
-	if t != netvsc.NVSPMsgTypeInit {
+	if t != nvsp.TypeInit {
 		if cfg.version == 0 {
 			ss.violation("NVSP " + t.String() + " before INIT")
 			return ss.emptyComplete(ch, p)
 		}
-		if !netvsc.NVSPTypeAllowed(t, cfg.version) {
+		if !nvsp.TypeAllowed(t, cfg.version) {
 			ss.violation("NVSP " + t.String() + " not allowed at the negotiated version")
 			return ss.emptyComplete(ch, p)
 		}
@@ -100,35 +100,35 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 		return ss.emptyComplete(ch, p)
 	}
 	switch t {
-	case netvsc.NVSPMsgTypeInit:
-		var m netvsc.NVSPInit
+	case nvsp.TypeInit:
+		var m nvsp.Init
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
 		if !p.CompletionRequested() {
 			ss.violation("INIT without a completion requested")
 		}
-		st := netvsc.NVSPStatNone // openvmm's answer to a version it does not speak
+		st := nvsp.StatusNone // openvmm's answer to a version it does not speak
 		if cfg.version != 0 {
 			ss.violation("second INIT")
-			st = netvsc.NVSPStatFail
+			st = nvsp.StatusFail
 		} else if ss.supportedVersion(m.MinVersion) {
-			st = netvsc.NVSPStatSuccess
+			st = nvsp.StatusSuccess
 		}
 		st = ss.status(st)
 		neg := uint32(0xffffffff)
-		if m.MinVersion == netvsc.NVSPProtocolVersion1 {
+		if m.MinVersion == nvsp.Version1 {
 			neg = 2
 		}
-		if st == netvsc.NVSPStatSuccess && cfg.version == 0 {
+		if st == nvsp.StatusSuccess && cfg.version == 0 {
 			ss.publish(func(c *sessCfg) { c.version = m.MinVersion })
 			ss.log.Info("NVSP version negotiated", "version", m.MinVersion)
 		}
-		b := netvsc.NVSPInitComplete{NegotiatedVersion: neg, MaxMDLChainLen: 34, Status: st}.Marshal(ss.nvBuf[:0])
+		b := nvsp.InitComplete{NegotiatedVersion: neg, MaxMDLChainLen: 34, Status: st}.Marshal(ss.nvBuf[:0])
 		return ss.nvspComplete(ch, p.TransID, b)
 
-	case netvsc.NVSPMsg2TypeSendNDISConfig:
-		var m netvsc.NVSPNDISConfig
+	case nvsp.TypeSendNDISConfig:
+		var m nvsp.NDISConfig
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
@@ -147,8 +147,8 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 		ss.publish(func(c *sessCfg) { c.mtu, c.caps = mtu, m.Capabilities })
 		return ss.emptyComplete(ch, p)
 
-	case netvsc.NVSPMsg1TypeSendNDISVer:
-		var m netvsc.NVSPNDISVersion
+	case nvsp.TypeSendNDISVer:
+		var m nvsp.NDISVersion
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
@@ -159,15 +159,15 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 		ss.publish(func(c *sessCfg) { c.ndisVersion = m.Version() })
 		return ss.emptyComplete(ch, p)
 
-	case netvsc.NVSPMsg1TypeSendRecvBuf:
-		var m netvsc.NVSPRecvBuf
+	case nvsp.TypeSendRecvBuf:
+		var m nvsp.RecvBuf
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
 		return ss.recvBuf(ch, p, &m)
 
-	case netvsc.NVSPMsg1TypeRevokeRecvBuf:
-		var m netvsc.NVSPRevokeRecvBuf
+	case nvsp.TypeRevokeRecvBuf:
+		var m nvsp.RevokeRecvBuf
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
@@ -177,15 +177,15 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 		ss.publish(func(c *sessCfg) { c.stopped = true })
 		return ss.emptyComplete(ch, p)
 
-	case netvsc.NVSPMsg1TypeSendSendBuf:
-		var m netvsc.NVSPSendBuf
+	case nvsp.TypeSendSendBuf:
+		var m nvsp.SendBuf
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
 		return ss.sendBuf(ch, p, &m)
 
-	case netvsc.NVSPMsg1TypeRevokeSendBuf:
-		var m netvsc.NVSPRevokeSendBuf
+	case nvsp.TypeRevokeSendBuf:
+		var m nvsp.RevokeSendBuf
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
@@ -195,14 +195,14 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 		ss.publish(func(c *sessCfg) { c.sendReady = false })
 		return ss.emptyComplete(ch, p)
 
-	case netvsc.NVSPMsg4TypeSwitchDataPath:
-		var m netvsc.NVSPSwitchDataPath
+	case nvsp.TypeSwitchDataPath:
+		var m nvsp.SwitchDataPath
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
-		vf := m.ActiveDataPath == netvsc.DataPathVF
+		vf := m.ActiveDataPath == nvsp.DataPathVF
 		switch {
-		case m.ActiveDataPath > netvsc.DataPathVF:
+		case m.ActiveDataPath > nvsp.DataPathVF:
 			ss.violation("SWITCH_DATA_PATH to an unknown data path")
 		case vf && !ss.nv.vfEver:
 			// A guest switches after an association; one withdrawn
@@ -220,14 +220,14 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 		// Linux >= 5.12 waits for this empty completion (netvsc.md §2.9).
 		return ss.emptyComplete(ch, p)
 
-	case netvsc.NVSPMsg5TypeSubchannel:
-		var m netvsc.NVSPSubchannelRequest
+	case nvsp.TypeSubchannel:
+		var m nvsp.SubchannelRequest
 		if m.Unmarshal(pl) != nil {
 			return malformed()
 		}
 		return ss.subchannels(ch, p, &m)
 
-	case netvsc.NVSPMsg5TypeOIDQueryEx:
+	case nvsp.TypeOIDQueryEx:
 		// openvmm answers NOT_SUPPORTED; no guest uses it.
 		return ss.emptyComplete(ch, p)
 	}
@@ -236,20 +236,20 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t netvsc.NVSPType
 }
 
 // recvBuf serves SEND_RECV_BUF (netvsc.md §2.4, §2.5, §7 host 2).
-func (ss *nicSession) recvBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPRecvBuf) error {
+func (ss *nicSession) recvBuf(ch *nicChan, p *vmbus.Packet, m *nvsp.RecvBuf) error {
 	cfg := ss.cfg.Load()
 	if !p.CompletionRequested() {
 		ss.violation("SEND_RECV_BUF without a completion requested")
 	}
 	fail := func(what string) error {
 		ss.violation(what)
-		b := netvsc.NVSPRecvBufComplete{Status: netvsc.NVSPStatFail}.Marshal(ss.nvBuf[:0])
+		b := nvsp.RecvBufComplete{Status: nvsp.StatusFail}.Marshal(ss.nvBuf[:0])
 		return ss.nvspComplete(ch, p.TransID, b)
 	}
 	switch {
 	case cfg.recvReady:
 		return fail("second SEND_RECV_BUF")
-	case cfg.version >= netvsc.NVSPProtocolVersion2 && !ss.nv.haveConfig:
+	case cfg.version >= nvsp.Version2 && !ss.nv.haveConfig:
 		return fail("SEND_RECV_BUF before SEND_NDIS_CONFIG")
 	case m.GPADLHandle != ss.recvGPADL:
 		return fail("SEND_RECV_BUF with a GPADL that is not the receive buffer's")
@@ -269,8 +269,8 @@ func (ss *nicSession) recvBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPRecvBu
 	if per*size < mtu+512 {
 		return fail("receive buffer too small for its queues")
 	}
-	ans := netvsc.NVSPRecvBufComplete{Status: ss.status(netvsc.NVSPStatSuccess), NumSections: 1,
-		Section: netvsc.NVSPRecvBufSection{SubAllocSize: uint32(size), NumSubAllocs: uint32(count), EndOffset: uint32(size * count)}}
+	ans := nvsp.RecvBufComplete{Status: ss.status(nvsp.StatusSuccess), NumSections: 1,
+		Section: nvsp.RecvBufSection{SubAllocSize: uint32(size), NumSubAllocs: uint32(count), EndOffset: uint32(size * count)}}
 	f := &ss.n.faults
 	switch {
 	case f.take(NICFaultRecvSections):
@@ -280,7 +280,7 @@ func (ss *nicSession) recvBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPRecvBu
 	case f.take(NICFaultRecvFit):
 		ans.Section.NumSubAllocs = uint32(len(ss.recv)/size + 1)
 	}
-	if ans.Status == netvsc.NVSPStatSuccess {
+	if ans.Status == nvsp.StatusSuccess {
 		ss.publish(func(c *sessCfg) {
 			c.recvReady, c.recvID = true, m.ID
 			c.subSize, c.subCount = uint32(size), uint32(count)
@@ -293,14 +293,14 @@ func (ss *nicSession) recvBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPRecvBu
 }
 
 // sendBuf serves SEND_SEND_BUF: the host chooses the section size.
-func (ss *nicSession) sendBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPSendBuf) error {
+func (ss *nicSession) sendBuf(ch *nicChan, p *vmbus.Packet, m *nvsp.SendBuf) error {
 	cfg := ss.cfg.Load()
 	if !p.CompletionRequested() {
 		ss.violation("SEND_SEND_BUF without a completion requested")
 	}
 	fail := func(what string) error {
 		ss.violation(what)
-		b := netvsc.NVSPSendBufComplete{Status: netvsc.NVSPStatFail}.Marshal(ss.nvBuf[:0])
+		b := nvsp.SendBufComplete{Status: nvsp.StatusFail}.Marshal(ss.nvBuf[:0])
 		return ss.nvspComplete(ch, p.TransID, b)
 	}
 	switch {
@@ -310,11 +310,11 @@ func (ss *nicSession) sendBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPSendBu
 		return fail("SEND_SEND_BUF with a GPADL that is not the send buffer's")
 	}
 	size := uint32(ss.n.cfg.SendSectionSize)
-	ans := netvsc.NVSPSendBufComplete{Status: ss.status(netvsc.NVSPStatSuccess), SectionSize: size}
+	ans := nvsp.SendBufComplete{Status: ss.status(nvsp.StatusSuccess), SectionSize: size}
 	if ss.n.faults.take(NICFaultSendSection) {
 		ans.SectionSize = size - 2
 	}
-	if ans.Status == netvsc.NVSPStatSuccess {
+	if ans.Status == nvsp.StatusSuccess {
 		ss.publish(func(c *sessCfg) {
 			c.sendReady, c.sendSecSize, c.sendSecCount = true, size, uint32(len(ss.send))/size
 		})
@@ -326,25 +326,25 @@ func (ss *nicSession) sendBuf(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPSendBu
 // subchannels serves SUBCHANNEL: grant min(asked, MaxQueues-1), or fail;
 // then offer the sub-channels, which the simulated kernel opens one by
 // one (netvsc.md §2.8).
-func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPSubchannelRequest) error {
+func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *nvsp.SubchannelRequest) error {
 	cfg := ss.cfg.Load()
 	n := ss.n
-	answer := func(st netvsc.NVSPStatus, count uint32) error {
-		b := netvsc.NVSPSubchannelComplete{Status: st, Count: count}.Marshal(ss.nvBuf[:0])
+	answer := func(st nvsp.Status, count uint32) error {
+		b := nvsp.SubchannelComplete{Status: st, Count: count}.Marshal(ss.nvBuf[:0])
 		return ss.nvspComplete(ch, p.TransID, b)
 	}
 	switch {
-	case m.Op != netvsc.NVSPSubchannelAllocate:
+	case m.Op != nvsp.SubchannelAllocate:
 		ss.violation("SUBCHANNEL operation other than ALLOCATE")
-		return answer(netvsc.NVSPStatFail, 0)
+		return answer(nvsp.StatusFail, 0)
 	case ss.nv.subRequested:
 		// "Cannot re-send NVS subchannel request on the same session"
 		// (DPDK 7306b83a80).
 		ss.violation("second SUBCHANNEL request in one session")
-		return answer(netvsc.NVSPStatFail, 0)
+		return answer(nvsp.StatusFail, 0)
 	case !cfg.recvReady:
 		ss.violation("SUBCHANNEL before the receive buffer")
-		return answer(netvsc.NVSPStatFail, 0)
+		return answer(nvsp.StatusFail, 0)
 	}
 	ss.nv.subRequested = true
 	if !p.CompletionRequested() {
@@ -352,7 +352,7 @@ func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPSu
 	}
 	if n.cfg.FailSubchannels || n.faults.take(NICFaultSubchannelFail) {
 		ss.log.Info("sub-channel request refused", "asked", m.Count)
-		return answer(ss.status(netvsc.NVSPStatFail), 0)
+		return answer(ss.status(nvsp.StatusFail), 0)
 	}
 	grant := min(int(m.Count), n.cfg.MaxQueues-1, cfg.queues-1)
 	count := uint32(grant)
@@ -363,8 +363,8 @@ func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *netvsc.NVSPSu
 		ss.publish(func(c *sessCfg) { c.settingUp = true })
 		ss.injectSetupFrames(ch)
 	}
-	st := ss.status(netvsc.NVSPStatSuccess)
-	if err := answer(st, count); err != nil || st != netvsc.NVSPStatSuccess {
+	st := ss.status(nvsp.StatusSuccess)
+	if err := answer(st, count); err != nil || st != nvsp.StatusSuccess {
 		return err
 	}
 	ss.publish(func(c *sessCfg) { c.granted, c.settingUp = grant, grant > 0 })

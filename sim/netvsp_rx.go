@@ -13,13 +13,14 @@ package sim
 //	  frame right after; MessageLength and the range cover its whole run of
 //	  sub-allocations, as openvmm's (guests must use DataOffset/DataLength)
 //
-// At most NVSPMaxPacketsPerReceive (375) ranges per packet.
+// At most nvsp.MaxPacketsPerReceive (375) ranges per packet.
 
 import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -37,13 +38,13 @@ type frameQueue struct {
 type rxSlot struct {
 	buf  []byte
 	hash uint32
-	typ  netvsc.HashInfo // 0: no hash
+	typ  rndis.HashInfo // 0: no hash
 }
 
 func newFrameQueue(n int) frameQueue { return frameQueue{slots: make([]rxSlot, n)} }
 
 // push copies f into the queue; false when the queue is full.
-func (q *frameQueue) push(f []byte, hash uint32, typ netvsc.HashInfo) bool {
+func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.tail-q.head == uint64(len(q.slots)) {
@@ -226,7 +227,7 @@ func (ch *nicChan) deliver() bool {
 	progress := false
 	head, tail := q.span()
 	for head < tail {
-		m := min(int(tail-head), netvsc.NVSPMaxPacketsPerReceive)
+		m := min(int(tail-head), nvsp.MaxPacketsPerReceive)
 		free := ch.c.Out().Free() - respReserve
 		fixed := vmbus.PacketSize(8, msgSize)
 		if free <= fixed+8 {
@@ -259,18 +260,18 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 	for ; n < m; n++ {
 		s := ch.rxq.at(head + uint64(n))
 		fr := s.buf
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		if tci, tagged := frameTagged(fr); tagged {
 			ch.vlanBuf = stripVLAN(ch.vlanBuf, fr)
 			fr = ch.vlanBuf
-			info.SetVLAN(netvsc.VLANInfoFromTCI(tci))
+			info.SetVLAN(rndis.VLANInfoFromTCI(tci))
 		}
 		info.SetChecksum(uint32(rxChecksum(fr)))
 		if s.typ != 0 {
 			info.SetHashValue(s.hash)
 			info.SetHashInfo(s.typ)
 		}
-		hdr := netvsc.RNDISPacketHeaderSize + info.PPILen()
+		hdr := rndis.PacketHeaderSize + info.PPILen()
 		k := (uint32(hdr+len(fr)) + sub - 1) / sub
 		if n == 0 {
 			var ok bool
@@ -284,7 +285,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 		off := int(cur) * int(sub)
 		runLen := int(k * sub)
 		dst := ss.recv[off : off+runLen]
-		netvsc.PutRNDISPacketAt(dst, &info, fr, hdr, runLen)
+		rndis.PutPacketAt(dst, &info, fr, hdr, runLen)
 		ch.corruptRx(dst, &info)
 		roff := uint32(off)
 		if f.take(NICFaultRangeOutsideBuffer) {
@@ -302,10 +303,10 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 		id ^= 0x0101
 	}
 	vmbus.TransferPageHeader(ranges[:0], id, n)
-	t := netvsc.NVSPMsg1TypeSendRNDISPkt
-	payload := netvsc.NVSPRNDISPacket{ChannelType: netvsc.RMCData, SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(ch.xmsg[:0])
+	t := nvsp.TypeSendRNDISPkt
+	payload := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(ch.xmsg[:0])
 	if f.take(NICFaultNVSPType) {
-		t = netvsc.NVSPMsg1TypeSendRNDISPktComplete
+		t = nvsp.TypeSendRNDISPktComplete
 		le32put(payload, uint32(t))
 	}
 	payload = padTo(payload, msgSize)
@@ -335,7 +336,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 
 // corruptRx applies the one-shot faults that corrupt a received RNDIS
 // message in the receive buffer.
-func (ch *nicChan) corruptRx(msg []byte, info *netvsc.PacketInfo) {
+func (ch *nicChan) corruptRx(msg []byte, info *rndis.PacketInfo) {
 	f := &ch.ss.n.faults
 	switch {
 	case f.take(NICFaultRNDISLength):
@@ -346,7 +347,7 @@ func (ch *nicChan) corruptRx(msg []byte, info *netvsc.PacketInfo) {
 		le32put(msg[12:], 0)
 	case f.take(NICFaultBadPPI):
 		if info.PPILen() > 0 {
-			le32put(msg[netvsc.RNDISPacketHeaderSize:], netvsc.PPIUint32Size-1)
+			le32put(msg[rndis.PacketHeaderSize:], rndis.PPIUint32Size-1)
 		}
 	case f.take(NICFaultRNDISType):
 		le32put(msg[0:], 0x7777)
@@ -388,7 +389,7 @@ func (ch *nicChan) sendControl(b []byte) bool {
 	copy(ss.recv[off:off+int(k*sub)], b)
 	hdr := vmbus.TransferPageHeader(ch.xfer[:0], cfg.recvID, 1)
 	hdr = vmbus.AppendTransferRange(hdr, uint32(len(b)), uint32(off))
-	payload := padTo(netvsc.NVSPRNDISPacket{ChannelType: netvsc.RMCControl, SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(ch.xmsg[:0]), msgSize)
+	payload := padTo(nvsp.RNDISPacket{ChannelType: nvsp.RMCControl, SectionIndex: nvsp.NoSection}.Marshal(ch.xmsg[:0]), msgSize)
 	if err := ch.c.Send(vmbus.PacketTransferPage, vmbus.FlagCompletionRequested, uint64(start), hdr, payload); err != nil {
 		ch.ctl.release(start)
 		return false

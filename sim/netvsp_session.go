@@ -33,7 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -73,8 +74,8 @@ func (c *sessCfg) partition(q int) (lo, hi uint32) {
 
 // rssState is the guest's RSS configuration.
 type rssState struct {
-	key   [netvsc.RSSHashKeySize]byte
-	types netvsc.HashInfo
+	key   [rndis.RSSHashKeySize]byte
+	types rndis.HashInfo
 	table []uint32
 }
 
@@ -234,9 +235,9 @@ func (ss *nicSession) violation(what string) {
 func (ss *nicSession) msgSize() int {
 	v := ss.cfg.Load().version
 	if v == 0 {
-		return netvsc.NVSPMessageSize
+		return nvsp.MessageSize
 	}
-	return netvsc.NVSPMessageSizeFor(v)
+	return nvsp.MessageSizeFor(v)
 }
 
 // nvspMsg pads or truncates an NVSP message to the host's message size.
@@ -267,15 +268,15 @@ func (ss *nicSession) deliver(frames [][]byte) int {
 			st.rxTooBig.Add(1)
 			continue
 		}
-		q, hash, typ := 0, uint32(0), netvsc.HashInfo(0)
+		q, hash, typ := 0, uint32(0), rndis.HashInfo(0)
 		if r := cfg.rss; r != nil {
 			f2 := f
 			if _, tagged := frameTagged(f); tagged {
 				f2 = stripVLAN(nil, f)
 			}
 			if h, t, ok := rssInput(r.key[:], r.types, f2); ok {
-				hash, typ = h, t|netvsc.NDISHashFunctionToeplitz
-				q = int(netvsc.IndirectionLookup(r.table, h))
+				hash, typ = h, t|rndis.NDISHashFunctionToeplitz
+				q = int(rndis.IndirectionLookup(r.table, h))
 			}
 		}
 		if q >= len(chans) || chans[q] == nil {
@@ -331,7 +332,7 @@ type nicChan struct {
 
 func newNICChan(ss *nicSession, c *Channel, idx int) *nicChan {
 	return &nicChan{ss: ss, c: c, idx: idx, kick: make(chan struct{}, 1), rxq: newFrameQueue(ss.n.cfg.QueueLen),
-		rndis: make([]byte, 0, 64<<10), xfer: make([]byte, 0, 8+8*netvsc.NVSPMaxPacketsPerReceive),
+		rndis: make([]byte, 0, 64<<10), xfer: make([]byte, 0, 8+8*nvsp.MaxPacketsPerReceive),
 		xmsg: make([]byte, 0, 64), tx: newTxBatch()}
 }
 
@@ -478,12 +479,12 @@ func (ch *nicChan) handle(p *vmbus.Packet) error {
 		return nil
 	}
 	pl := p.Payload()
-	t, err := netvsc.NVSPMessageType(pl)
+	t, err := nvsp.MessageType(pl)
 	if err != nil {
 		ch.ss.violation("packet without an NVSP message")
 		return nil
 	}
-	if t == netvsc.NVSPMsg1TypeSendRNDISPkt {
+	if t == nvsp.TypeSendRNDISPkt {
 		return ch.handleRNDIS(p)
 	}
 	if p.Type == vmbus.PacketGPADirect {
@@ -500,7 +501,7 @@ func (ch *nicChan) handle(p *vmbus.Packet) error {
 // handleCompletion takes back the receive sub-allocations of a
 // transfer-page packet the guest completed (netvsc.md §2.6).
 func (ch *nicChan) handleCompletion(p *vmbus.Packet) {
-	var m netvsc.NVSPRNDISComplete
+	var m nvsp.RNDISComplete
 	pl := p.Payload()
 	tid := p.TransID
 	if tid&hostRequestTID != 0 {
@@ -593,7 +594,7 @@ func (ss *nicSession) controlWork(ch *nicChan) bool {
 		ss.handleEvent(ch, ev)
 	}
 	if ss.n.faults.take(NICFaultUnknownCompletion) {
-		b := padTo(netvsc.NVSPRNDISComplete{Status: netvsc.NVSPStatSuccess}.Marshal(ss.nvBuf[:0]), ss.msgSize())
+		b := padTo(nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(ss.nvBuf[:0]), ss.msgSize())
 		ch.c.SendCompletion(0xdeadbeef00, b)
 		progress = true
 	}
@@ -632,11 +633,11 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 	switch ev.kind {
 	case evLink:
 		if cfg.rndisReady {
-			st := netvsc.RNDISStatusMediaDisconnect
+			st := rndis.StatusMediaDisconnect
 			if ev.up {
-				st = netvsc.RNDISStatusMediaConnect
+				st = rndis.StatusMediaConnect
 			}
-			ss.indicate(netvsc.RNDISIndicateStatus{Status: st})
+			ss.indicate(rndis.IndicateStatus{Status: st})
 		}
 	case evVF:
 		ss.offerVF(ch, ev.up)
@@ -672,7 +673,7 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 // sub-channel is open: entry i = i mod channels (netvsc.md §2.8).
 func (ss *nicSession) sendTable(ch *nicChan) {
 	cfg := ss.cfg.Load()
-	if ss.nv.tableSent || cfg.version < netvsc.NVSPProtocolVersion5 {
+	if ss.nv.tableSent || cfg.version < nvsp.Version5 {
 		return
 	}
 	ss.nv.tableSent = true
@@ -681,7 +682,7 @@ func (ss *nicSession) sendTable(ch *nicChan) {
 }
 
 func (ss *nicSession) writeTable(ch *nicChan, channels int) {
-	var t netvsc.NVSPIndirectionTable
+	var t nvsp.IndirectionTable
 	for i := range t.Table {
 		t.Table[i] = uint32(i % channels)
 	}
@@ -689,7 +690,7 @@ func (ss *nicSession) writeTable(ch *nicChan, channels int) {
 	var buf [128]byte
 	b := t.Marshal(buf[:0])
 	if ss.n.faults.take(NICFaultBadIndirectionTable) {
-		le32put(b[4:], netvsc.VRSSSendTabSize-1)
+		le32put(b[4:], nvsp.VRSSSendTabSize-1)
 	}
 	if err := ch.c.SendInband(0, b); err != nil {
 		ss.log.Warn("send indirection table", "err", err)
@@ -700,14 +701,14 @@ func (ss *nicSession) writeTable(ch *nicChan, channels int) {
 // switched to, SWITCH_DATA_PATH{synthetic} first) (netvsc.md §2.9).
 func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 	cfg := ss.cfg.Load()
-	if !cfg.rndisReady || cfg.version < netvsc.NVSPProtocolVersion4 || cfg.caps&netvsc.NDISConfigCapSRIOV == 0 {
+	if !cfg.rndisReady || cfg.version < nvsp.Version4 || cfg.caps&nvsp.NDISConfigCapSRIOV == 0 {
 		return
 	}
 	if present == ss.nv.vfOffered {
 		return
 	}
 	if !present && cfg.dataPathVF {
-		b := netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathSynthetic}.Marshal(ss.nvBuf[:0])
+		b := nvsp.SwitchDataPath{ActiveDataPath: nvsp.DataPathSynthetic}.Marshal(ss.nvBuf[:0])
 		ch.c.Send(vmbus.PacketInband, vmbus.FlagCompletionRequested, hostRequestTID|1, nil, ss.nvspMsg(b))
 		ss.publish(func(c *sessCfg) { c.dataPathVF = false })
 		ss.n.vfNote(VFHostSwitchSent, "")
@@ -716,7 +717,7 @@ func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 	if present {
 		a = 1
 	}
-	b := netvsc.NVSPVFAssociation{Allocated: a, Serial: ss.n.cfg.VF}.Marshal(ss.nvBuf[:0])
+	b := nvsp.VFAssociation{Allocated: a, Serial: ss.n.cfg.VF}.Marshal(ss.nvBuf[:0])
 	if err := ch.c.Send(vmbus.PacketInband, vmbus.FlagCompletionRequested, hostRequestTID, nil, ss.nvspMsg(b)); err != nil {
 		ss.log.Warn("VF association", "err", err)
 		return
@@ -732,7 +733,7 @@ func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 }
 
 // indicate queues an INDICATE_STATUS for the guest (no delay).
-func (ss *nicSession) indicate(m netvsc.RNDISIndicateStatus) {
+func (ss *nicSession) indicate(m rndis.IndicateStatus) {
 	b := m.Marshal(nil)
 	if ss.n.faults.take(NICFaultBadIndication) {
 		le32put(b[12:], uint32(len(b))) // status buffer length past the message

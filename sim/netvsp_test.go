@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	// The reference's answers (netvsc.md §2.5, §7 host 2, 9).
 	if g.subSize != DefaultRecvSectionSize || g.subCount != uint32(len(g.recv)/DefaultRecvSectionSize) {
 		t.Errorf("receive sections %d x %d", g.subSize, g.subCount)
@@ -27,62 +28,62 @@ func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
 		t.Errorf("send section %d", g.secSize)
 	}
 	g.setFilter(0)
-	c := g.query(netvsc.OIDGenMaximumFrameSize, nil)
-	if v, _ := netvsc.ParseInfoUint32(c.Info); v != 1500 {
+	c := g.query(rndis.OIDGenMaximumFrameSize, nil)
+	if v, _ := rndis.ParseInfoUint32(c.Info); v != 1500 {
 		t.Errorf("MAXIMUM_FRAME_SIZE %d", v)
 	}
-	c = g.query(netvsc.OID8023PermanentAddress, nil)
+	c = g.query(rndis.OID8023PermanentAddress, nil)
 	if !bytes.Equal(c.Info, g.nic.MAC()) {
 		t.Errorf("PERMANENT_ADDRESS %x, want %s", c.Info, g.nic.MAC())
 	}
-	c = g.query(netvsc.OIDGenReceiveScaleCapabilities, netvsc.RSSCapabilitiesQueryHeader().Marshal(nil))
-	var caps netvsc.RSSCapabilities
+	c = g.query(rndis.OIDGenReceiveScaleCapabilities, rndis.RSSCapabilitiesQueryHeader().Marshal(nil))
+	var caps rndis.RSSCapabilities
 	if err := caps.Unmarshal(c.Info); err != nil || caps.NumIndirectionEntries != 128 || caps.NumReceiveQueues != DefaultMaxQueues {
 		t.Errorf("RSS caps %+v %v", caps, err)
 	}
-	c = g.query(netvsc.OIDTCPOffloadHardwareCapabilities, netvsc.OffloadQueryHeader(g.version).Marshal(nil))
-	var off netvsc.Offload
-	if err := off.Unmarshal(c.Info); err != nil || off.LSOv2.IPv4MaxSize != netvsc.HostLSOv2MaxSize {
+	c = g.query(rndis.OIDTCPOffloadHardwareCapabilities, rndis.OffloadQueryHeader(g.version).Marshal(nil))
+	var off rndis.Offload
+	if err := off.Unmarshal(c.Info); err != nil || off.LSOv2.IPv4MaxSize != rndis.HostLSOv2MaxSize {
 		t.Errorf("offload %+v %v", off, err)
 	}
-	g.setFilter(netvsc.NDISPacketFilterDefault)
-	c = g.query(netvsc.OIDGenMediaConnectStatus, nil)
-	if v, _ := netvsc.ParseInfoUint32(c.Info); v != netvsc.NDISMediaStateConnected {
+	g.setFilter(rndis.NDISPacketFilterDefault)
+	c = g.query(rndis.OIDGenMediaConnectStatus, nil)
+	if v, _ := rndis.ParseInfoUint32(c.Info); v != rndis.NDISMediaStateConnected {
 		t.Errorf("link %d", v)
 	}
-	c = g.query(netvsc.OIDGenLinkSpeed, nil)
-	if v, _ := netvsc.ParseInfoUint32(c.Info); netvsc.LinkSpeed(v).Mbps() != 10000 {
+	c = g.query(rndis.OIDGenLinkSpeed, nil)
+	if v, _ := rndis.ParseInfoUint32(c.Info); rndis.LinkSpeed(v).Mbps() != 10000 {
 		t.Errorf("link speed %d", v)
 	}
-	if c := g.query(0x0badbeef, nil); c.Status != netvsc.RNDISStatusNotSupported {
+	if c := g.query(0x0badbeef, nil); c.Status != rndis.StatusNotSupported {
 		t.Errorf("unknown OID answered %v", c.Status)
 	}
 	g.noViolations()
 	st := g.nic.Stats()
-	if st.NVSPVersion != netvsc.NVSPProtocolVersion61 || st.NDISVersion != netvsc.NDISVersion630 || st.MTU != 1514 || st.PacketFilter != 0xd {
+	if st.NVSPVersion != nvsp.Version61 || st.NDISVersion != nvsp.NDISVersion630 || st.MTU != 1514 || st.PacketFilter != 0xd {
 		t.Errorf("negotiated state %+v", st)
 	}
 }
 
 func TestNetVSPInitAcceptsOnlySupportedVersionsAndFallsBack(t *testing.T) {
-	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxNVSPVersion: netvsc.NVSPProtocolVersion5}})
-	for _, v := range netvsc.NVSPVersions() {
-		var ic netvsc.NVSPInitComplete
-		if err := ic.Unmarshal(g.request(netvsc.NVSPInit{MinVersion: v, MaxVersion: v}.Marshal(nil))); err != nil {
+	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxNVSPVersion: nvsp.Version5}})
+	for _, v := range nvsp.Versions() {
+		var ic nvsp.InitComplete
+		if err := ic.Unmarshal(g.request(nvsp.Init{MinVersion: v, MaxVersion: v}.Marshal(nil))); err != nil {
 			t.Fatal(err)
 		}
-		want := netvsc.NVSPStatNone
-		if v == netvsc.NVSPProtocolVersion5 {
-			want = netvsc.NVSPStatSuccess
+		want := nvsp.StatusNone
+		if v == nvsp.Version5 {
+			want = nvsp.StatusSuccess
 		}
 		if ic.Status != want || ic.MaxMDLChainLen != 34 {
 			t.Fatalf("INIT %#x: %+v, want status %v", v, ic, want)
 		}
-		if want == netvsc.NVSPStatSuccess {
+		if want == nvsp.StatusSuccess {
 			break
 		}
 	}
-	if st := g.nic.Stats(); st.NVSPVersion != netvsc.NVSPProtocolVersion5 {
+	if st := g.nic.Stats(); st.NVSPVersion != nvsp.Version5 {
 		t.Errorf("negotiated %#x", st.NVSPVersion)
 	}
 	g.noViolations()
@@ -91,13 +92,13 @@ func TestNetVSPInitAcceptsOnlySupportedVersionsAndFallsBack(t *testing.T) {
 func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 	type step func(g *tguest)
 	init := func(g *tguest) {
-		g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
+		g.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
 	}
-	config := func(g *tguest) { g.nvsp(netvsc.NVSPNDISConfig{MTU: 1514}.Marshal(nil), false) }
-	ver := func(g *tguest) { g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false) }
-	recvStatus := func(g *tguest, gpadl uint32) netvsc.NVSPStatus {
-		var rc netvsc.NVSPRecvBufComplete
-		rc.Unmarshal(g.request(netvsc.NVSPRecvBuf{GPADLHandle: gpadl, ID: netvsc.NVSRxBufSig}.Marshal(nil)))
+	config := func(g *tguest) { g.nvsp(nvsp.NDISConfig{MTU: 1514}.Marshal(nil), false) }
+	ver := func(g *tguest) { g.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false) }
+	recvStatus := func(g *tguest, gpadl uint32) nvsp.Status {
+		var rc nvsp.RecvBufComplete
+		rc.Unmarshal(g.request(nvsp.RecvBuf{GPADLHandle: gpadl, ID: nvsp.RecvBufID}.Marshal(nil)))
 		return rc.Status
 	}
 	for _, tc := range []struct {
@@ -108,41 +109,41 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 		{"message before INIT", []step{config}, "before INIT"},
 		{"second INIT", []step{init, init}, "second INIT"},
 		{"receive buffer before NDIS config", []step{init, ver, func(g *tguest) {
-			if st := recvStatus(g, g.recvGPADL); st != netvsc.NVSPStatFail {
+			if st := recvStatus(g, g.recvGPADL); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "SEND_RECV_BUF before SEND_NDIS_CONFIG"},
 		{"wrong receive GPADL", []step{init, config, ver, func(g *tguest) {
-			if st := recvStatus(g, g.recvGPADL+7); st != netvsc.NVSPStatFail {
+			if st := recvStatus(g, g.recvGPADL+7); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "not the receive buffer's"},
 		{"NDIS config after the receive buffer", []step{init, config, ver, func(g *tguest) { g.connectBuffers() }, config}, "after SEND_RECV_BUF"},
 		{"RNDIS before the receive buffer", []step{init, config, ver, func(g *tguest) {
 			g.secSize, g.secCount = DefaultSendSectionSize, 10
-			tid := g.sendRNDIS(0, netvsc.RMCControl, netvsc.RNDISInitialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
-			if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+			tid := g.sendRNDIS(0, nvsp.RMCControl, rndis.Initialize{RequestID: 1, MajorVersion: 1}.Marshal(nil))
+			if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "before the receive buffer"},
 		{"RNDIS query before INITIALIZE", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
-			g.query(netvsc.OIDGenLinkSpeed, nil)
+			g.query(rndis.OIDGenLinkSpeed, nil)
 		}}, "QUERY before INITIALIZE"},
 		{"data before INITIALIZE", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
-			tid := g.sendRNDIS(0, netvsc.RMCData, rndisPacket(make([]byte, 60), nil))
-			if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+			tid := g.sendRNDIS(0, nvsp.RMCData, rndisPacket(make([]byte, 60), nil))
+			if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 				t.Errorf("status %v", st)
 			}
 		}}, "before RNDIS INITIALIZE"},
 		{"NVSP type not allowed at version", []step{func(g *tguest) {
-			g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion4, MaxVersion: netvsc.NVSPProtocolVersion4}.Marshal(nil))
-			g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil))
+			g.request(nvsp.Init{MinVersion: nvsp.Version4, MaxVersion: nvsp.Version4}.Marshal(nil))
+			g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 1}.Marshal(nil))
 		}}, "not allowed at the negotiated version"},
 		{"request id 0", []step{init, config, ver, func(g *tguest) {
 			g.connectBuffers()
-			g.rndis(netvsc.RNDISInitialize{RequestID: 0, MajorVersion: 1}.Marshal(nil))
+			g.rndis(rndis.Initialize{RequestID: 0, MajorVersion: 1}.Marshal(nil))
 		}}, "request id 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,7 +152,7 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 				s(g)
 			}
 			// A round trip the host answers after everything before it.
-			g.request(netvsc.NVSPInit{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
+			g.request(nvsp.Init{MinVersion: 1, MaxVersion: 1}.Marshal(nil))
 			if g.violations(tc.kind) == 0 {
 				t.Errorf("no violation %q counted; have %v", tc.kind, g.h.Violations())
 			}
@@ -161,18 +162,18 @@ func TestNetVSPEnforcesHandshakeOrder(t *testing.T) {
 
 func TestNetVSPReceiveSectionSizeFromMTU(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{RecvSectionSize: RecvSectionFromMTU, MTU: 9000}})
-	g.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
-	g.nvsp(netvsc.NVSPNDISConfig{MTU: 9014}.Marshal(nil), false)
-	g.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
+	g.nvsp(nvsp.NDISConfig{MTU: 9014}.Marshal(nil), false)
+	g.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false)
 	g.connectBuffers()
 	if g.subSize != 256+9014+36 {
 		t.Errorf("sub-allocation %d, want openvmm's 256+MTU+36", g.subSize)
 	}
 	// An MTU outside 1514..9216 becomes 1514, as vmswitch does.
 	g2 := newTGuest(t, tguestOpts{nic: NICConfig{RecvSectionSize: RecvSectionFromMTU}})
-	g2.request(netvsc.NVSPInit{MinVersion: netvsc.NVSPProtocolVersion61, MaxVersion: netvsc.NVSPProtocolVersion61}.Marshal(nil))
-	g2.nvsp(netvsc.NVSPNDISConfig{MTU: 60000}.Marshal(nil), false)
-	g2.nvsp(netvsc.NewNVSPNDISVersion(netvsc.NDISVersion630).Marshal(nil), false)
+	g2.request(nvsp.Init{MinVersion: nvsp.Version61, MaxVersion: nvsp.Version61}.Marshal(nil))
+	g2.nvsp(nvsp.NDISConfig{MTU: 60000}.Marshal(nil), false)
+	g2.nvsp(nvsp.NewNDISVersion(nvsp.NDISVersion630).Marshal(nil), false)
 	g2.connectBuffers()
 	if g2.subSize != 256+1514+36 {
 		t.Errorf("sub-allocation %d for an out-of-range MTU", g2.subSize)
@@ -181,8 +182,8 @@ func TestNetVSPReceiveSectionSizeFromMTU(t *testing.T) {
 
 func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 1, RecvBuffer: 1 << 20, SendBuffer: 1 << 20}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	var mac [6]byte
 	copy(mac[:], g.nic.MAC())
 	// More frames than the partition has sub-allocations: without
@@ -208,7 +209,7 @@ func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 			if !bytes.Equal(f.frame, frames[got]) {
 				t.Fatalf("frame %d differs", got)
 			}
-			if f.info.Has&netvsc.InfoChecksum == 0 || netvsc.RxChecksum(f.info.Checksum)&netvsc.RxChecksumUDPOK == 0 {
+			if f.info.Has&rndis.InfoChecksum == 0 || rndis.RxChecksum(f.info.Checksum)&rndis.RxChecksumUDPOK == 0 {
 				t.Fatalf("frame %d: checksum info %+v", got, f.info)
 			}
 			got++
@@ -244,8 +245,8 @@ func TestNetVSPTransferPagesUseSectionIndexAndWaitForCompletions(t *testing.T) {
 
 func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	src := [6]byte{0x00, 0x15, 0x5d, 1, 2, 3}
 	dst := [6]byte{0x02, 0, 0, 0, 0, 9}
 	// Eight aggregated packets in one section, each padded to 8 bytes as
@@ -255,7 +256,7 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 	for i := range 8 {
 		f := udpFrame(dst, src, uint16(2000+i), 60+i)
 		want = append(want, f)
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		info.SetHashValue(0)
 		m := rndisPacket(f, &info)
 		if i < 7 {
@@ -265,13 +266,13 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 		}
 		sec = append(sec, m...)
 	}
-	if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, sec)); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, sec)); st != nvsp.StatusSuccess {
 		t.Fatalf("section send: %v", st)
 	}
 	// A 3000-byte frame GPA-direct across pages.
 	big := udpFrame(dst, src, 3000, 1514)
 	want = append(want, big)
-	if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(big, nil))); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(big, nil))); st != nvsp.StatusSuccess {
 		t.Fatalf("GPA send: %v", st)
 	}
 	got := g.port.wait(t, len(want))
@@ -289,13 +290,13 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 
 func TestNetVSPGPARangeOutsideGuestMemoryFailsTheSend(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	hdr := vmbus.GPAHeader(nil, 1)
 	hdr = vmbus.AppendGPARange(hdr, 100, 0, []uint64{uint64(len(g.mem)/4096) + 5})
 	tid := g.newTID()
 	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr,
-		netvsc.NVSPRNDISPacket{SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(nil))
-	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatFail {
+		nvsp.RNDISPacket{SectionIndex: nvsp.NoSection}.Marshal(nil))
+	if st := g.sendStatus(0, tid); st != nvsp.StatusFail {
 		t.Errorf("status %v", st)
 	}
 	if g.violations("outside guest memory") == 0 {
@@ -305,29 +306,29 @@ func TestNetVSPGPARangeOutsideGuestMemoryFailsTheSend(t *testing.T) {
 
 func TestNetVSPDropsInFrameVLANTagAndInsertsPPITag(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 4000, 64)
 	tagged := insertVLAN(nil, f, 0x2064)
 	// In-frame tag: dropped, the send still completes.
-	if st := g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(tagged, nil))); st != netvsc.NVSPStatSuccess {
+	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(tagged, nil))); st != nvsp.StatusSuccess {
 		t.Errorf("status %v", st)
 	}
 	if g.violations("in-frame 802.1Q") != 1 || g.nic.Stats().TxDropped != 1 {
 		t.Errorf("violations %v stats %+v", g.h.Violations(), g.nic.Stats())
 	}
 	// The VLAN per-packet info: the host puts the tag into the frame.
-	var info netvsc.PacketInfo
-	info.SetVLAN(netvsc.VLANInfoFromTCI(0x2064))
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, &info)))
+	var info rndis.PacketInfo
+	info.SetVLAN(rndis.VLANInfoFromTCI(0x2064))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, &info)))
 	got := g.port.wait(t, 1)[0]
 	if !bytes.Equal(got, tagged) {
 		t.Errorf("tagged frame %x, want %x", got, tagged)
 	}
 	// And host to guest: the tag comes off the frame into the PPI.
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	g.nic.Deliver([][]byte{tagged})
 	rx := g.recvFrames(0, 1)[0]
-	if !bytes.Equal(rx.frame, f) || rx.info.Has&netvsc.InfoVLAN == 0 || rx.info.VLAN.TCI() != 0x2064 {
+	if !bytes.Equal(rx.frame, f) || rx.info.Has&rndis.InfoVLAN == 0 || rx.info.VLAN.TCI() != 0x2064 {
 		t.Errorf("received %x info %+v", rx.frame, rx.info)
 	}
 }
@@ -368,9 +369,9 @@ func tcpFrame(v6 bool, payload int) []byte {
 
 func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	p := netvsc.OffloadParameters{Header: netvsc.OffloadParametersHeader(g.version), LSOv2IPv4: netvsc.NDISOffloadParametersEnabled, LSOv2IPv6: netvsc.NDISOffloadParametersEnabled}
-	if st := g.set(netvsc.OIDTCPOffloadParameters, p.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	g.handshake(nvsp.Version61)
+	p := rndis.OffloadParameters{Header: rndis.OffloadParametersHeader(g.version), LSOv2IPv4: rndis.NDISOffloadParametersEnabled, LSOv2IPv6: rndis.NDISOffloadParametersEnabled}
+	if st := g.set(rndis.OIDTCPOffloadParameters, p.Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("offload parameters: %v", st)
 	}
 	for _, v6 := range []bool{false, true} {
@@ -379,19 +380,19 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 		if v6 {
 			l3 = 40
 		}
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		mss := 1500 - l3 - 20
-		info.SetLSO(netvsc.NewLSOv2(mss, 14+l3, v6))
+		info.SetLSO(rndis.NewLSOv2(mss, 14+l3, v6))
 		nseg := (5000 + mss - 1) / mss
 		before := g.port.count()
-		if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+		if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
 			t.Fatalf("LSO send: %v", st)
 		}
 		segs := g.port.wait(t, before+nseg)[before:]
 		var payload []byte
 		for i, s := range segs {
 			fl := parseFlow(s)
-			if fl.l4 != ipProtoTCP || rxChecksum(s)&(netvsc.RxChecksumTCPFailed|netvsc.RxChecksumIPFailed) != 0 {
+			if fl.l4 != ipProtoTCP || rxChecksum(s)&(rndis.RxChecksumTCPFailed|rndis.RxChecksumIPFailed) != 0 {
 				t.Fatalf("segment %d: bad headers or checksums", i)
 			}
 			if seq := be.Uint32(s[fl.l4off+4:]); seq != 1000+uint32(len(payload)) {
@@ -410,16 +411,16 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 	// Requests the host refuses: dropped and counted.
 	for _, tc := range []struct {
 		name string
-		lso  netvsc.LSOInfo
+		lso  rndis.LSOInfo
 		kind string
 	}{
-		{"mss 0", netvsc.NewLSOv2(0, 34, false), "MSS"},
-		{"wrong header offset", netvsc.NewLSOv2(1448, 30, false), "offset"},
-		{"IPv6 bit on IPv4", netvsc.NewLSOv2(1448, 34, true), "IPv6 bit"},
+		{"mss 0", rndis.NewLSOv2(0, 34, false), "MSS"},
+		{"wrong header offset", rndis.NewLSOv2(1448, 30, false), "offset"},
+		{"IPv6 bit on IPv4", rndis.NewLSOv2(1448, 34, true), "IPv6 bit"},
 	} {
-		var info netvsc.PacketInfo
+		var info rndis.PacketInfo
 		info.SetLSO(tc.lso)
-		g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
+		g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
 		if g.violations(tc.kind) == 0 {
 			t.Errorf("%s: no violation; have %v", tc.name, g.h.Violations())
 		}
@@ -428,23 +429,23 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 
 func TestNetVSPLSOWithoutEnablingIsViolation(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	var info netvsc.PacketInfo
-	info.SetLSO(netvsc.NewLSOv2(1000, 34, false))
-	g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
+	g.handshake(nvsp.Version61)
+	var info rndis.PacketInfo
+	info.SetLSO(rndis.NewLSOv2(1000, 34, false))
+	g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(tcpFrame(false, 3000), &info)))
 	if g.violations("without LSOv2 enabled") != 1 {
 		t.Errorf("violations %v", g.h.Violations())
 	}
 }
 
 // openSubchannels requests n sub-channels and maps the ones that open.
-func (g *tguest) openSubchannels(n uint32) netvsc.NVSPSubchannelComplete {
+func (g *tguest) openSubchannels(n uint32) nvsp.SubchannelComplete {
 	g.t.Helper()
-	var sc netvsc.NVSPSubchannelComplete
-	if err := sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: n}.Marshal(nil))); err != nil {
+	var sc nvsp.SubchannelComplete
+	if err := sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: n}.Marshal(nil))); err != nil {
 		g.t.Fatal(err)
 	}
-	if sc.Status != netvsc.NVSPStatSuccess || sc.Count == 0 {
+	if sc.Status != nvsp.StatusSuccess || sc.Count == 0 {
 		return sc
 	}
 	ctx, cancel := contextTimeout(tgWait)
@@ -465,30 +466,30 @@ func (g *tguest) openSubchannels(n uint32) netvsc.NVSPSubchannelComplete {
 
 func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	if sc := g.openSubchannels(3); sc.Count != 3 || len(g.chs) != 4 {
 		t.Fatalf("granted %+v, open %d", sc, len(g.chs))
 	}
 	// The send indirection table follows once all are open.
 	p := g.next(0, func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg5TypeSendIndirectionTable
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendIndirectionTable
 	})
-	var tab netvsc.NVSPIndirectionTable
+	var tab nvsp.IndirectionTable
 	if err := tab.Unmarshal(p.payload()); err != nil || tab.Table[5] != 1 || tab.Table[7] != 3 {
 		t.Fatalf("table %+v %v", tab, err)
 	}
-	key := netvsc.MicrosoftRSSKey()
+	key := rndis.MicrosoftRSSKey()
 	table := make([]uint32, 128)
 	for i := range table {
 		table[i] = uint32(i % 4)
 	}
-	hash := netvsc.NDISHashFunctionToeplitz | netvsc.NDISHashIPv4 | netvsc.NDISHashTCPIPv4 | netvsc.NDISHashUDPIPv4
-	dis := netvsc.RSSParameters{Flags: netvsc.NDISRSSParamFlagDisableRSS}
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, dis.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	hash := rndis.NDISHashFunctionToeplitz | rndis.NDISHashIPv4 | rndis.NDISHashTCPIPv4 | rndis.NDISHashUDPIPv4
+	dis := rndis.RSSParameters{Flags: rndis.NDISRSSParamFlagDisableRSS}
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, dis.Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("disable: %v", st)
 	}
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], table).Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], table).Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("enable: %v", st)
 	}
 	gen := NewGenerator(GeneratorConfig{Flows: 64, Count: 256})
@@ -508,17 +509,17 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 					continue
 				}
 				for _, f := range g.frames(&p) {
-					if f.info.Has&(netvsc.InfoHashValue|netvsc.InfoHashInfo) != netvsc.InfoHashValue|netvsc.InfoHashInfo {
+					if f.info.Has&(rndis.InfoHashValue|rndis.InfoHashInfo) != rndis.InfoHashValue|rndis.InfoHashInfo {
 						t.Fatalf("no hash PPIs: %+v", f.info)
 					}
 					fl := parseFlow(f.frame)
 					src, _ := netip.AddrFromSlice(fl.src)
 					dst, _ := netip.AddrFromSlice(fl.dst)
-					want := netvsc.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.l4off:]), be.Uint16(f.frame[fl.l4off+2:]), true)
+					want := rndis.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.l4off:]), be.Uint16(f.frame[fl.l4off+2:]), true)
 					if f.info.HashValue != want || int(table[want%128]) != ch {
 						t.Fatalf("hash %#x on channel %d, want %#x on %d", f.info.HashValue, ch, want, table[want%128])
 					}
-					if f.info.HashInfo != netvsc.NDISHashFunctionToeplitz|netvsc.NDISHashUDPIPv4 {
+					if f.info.HashInfo != rndis.NDISHashFunctionToeplitz|rndis.NDISHashUDPIPv4 {
 						t.Fatalf("hash info %#x", f.info.HashInfo)
 					}
 					perCh[ch]++
@@ -532,19 +533,19 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 		t.Errorf("64 flows landed on %d channels: %v", len(perCh), perCh)
 	}
 	// Changing RSS without disabling first is the guest's violation.
-	g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], table).Marshal(nil))
+	g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], table).Marshal(nil))
 	if g.violations("without disabling") != 1 {
 		t.Errorf("violations %v", g.h.Violations())
 	}
 	// A table naming a channel that was not granted, or UDP-only hashing:
 	// 0xC000000D, as an Azure host answered.
-	g.set(netvsc.OIDGenReceiveScaleParameters, dis.Marshal(nil))
+	g.set(rndis.OIDGenReceiveScaleParameters, dis.Marshal(nil))
 	bad := slices.Clone(table)
 	bad[3] = 9
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(hash, key[:], bad).Marshal(nil)); st != netvsc.RNDISStatusInvalidParameter {
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], bad).Marshal(nil)); st != rndis.StatusInvalidParameter {
 		t.Errorf("entry beyond the channels: %v", st)
 	}
-	if st := g.set(netvsc.OIDGenReceiveScaleParameters, netvsc.NewRSSParameters(netvsc.NDISHashFunctionToeplitz|netvsc.NDISHashUDPIPv4, key[:], table).Marshal(nil)); st != netvsc.RNDISStatusInvalidParameter {
+	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(rndis.NDISHashFunctionToeplitz|rndis.NDISHashUDPIPv4, key[:], table).Marshal(nil)); st != rndis.StatusInvalidParameter {
 		t.Errorf("UDP-only hash: %v", st)
 	}
 }
@@ -552,30 +553,30 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 func TestNetVSPSubchannelGrants(t *testing.T) {
 	t.Run("partial", func(t *testing.T) {
 		g := newTGuest(t, tguestOpts{nic: NICConfig{MaxQueues: 3}})
-		g.handshake(netvsc.NVSPProtocolVersion61)
-		if sc := g.openSubchannels(7); sc.Status != netvsc.NVSPStatSuccess || sc.Count != 2 || len(g.chs) != 3 {
+		g.handshake(nvsp.Version61)
+		if sc := g.openSubchannels(7); sc.Status != nvsp.StatusSuccess || sc.Count != 2 || len(g.chs) != 3 {
 			t.Errorf("grant %+v, open %d", sc, len(g.chs))
 		}
 		// A second request in the session fails.
-		var sc netvsc.NVSPSubchannelComplete
-		sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 1}.Marshal(nil)))
-		if sc.Status != netvsc.NVSPStatFail || g.violations("second SUBCHANNEL") != 1 {
+		var sc nvsp.SubchannelComplete
+		sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 1}.Marshal(nil)))
+		if sc.Status != nvsp.StatusFail || g.violations("second SUBCHANNEL") != 1 {
 			t.Errorf("second request %+v; %v", sc, g.h.Violations())
 		}
 	})
 	t.Run("failed", func(t *testing.T) {
 		g := newTGuest(t, tguestOpts{nic: NICConfig{FailSubchannels: true}})
-		g.handshake(netvsc.NVSPProtocolVersion61)
-		if sc := g.openSubchannels(3); sc.Status != netvsc.NVSPStatFail || sc.Count != 0 {
+		g.handshake(nvsp.Version61)
+		if sc := g.openSubchannels(3); sc.Status != nvsp.StatusFail || sc.Count != 0 {
 			t.Errorf("grant %+v", sc)
 		}
 		g.noViolations()
 	})
 	t.Run("never opens", func(t *testing.T) {
 		g := newTGuest(t, tguestOpts{nic: NICConfig{NeverOpen: 1, SubchannelDelay: 5 * time.Millisecond}})
-		g.handshake(netvsc.NVSPProtocolVersion61)
-		var sc netvsc.NVSPSubchannelComplete
-		sc.Unmarshal(g.request(netvsc.NVSPSubchannelRequest{Op: netvsc.NVSPSubchannelAllocate, Count: 2}.Marshal(nil)))
+		g.handshake(nvsp.Version61)
+		var sc nvsp.SubchannelComplete
+		sc.Unmarshal(g.request(nvsp.SubchannelRequest{Op: nvsp.SubchannelAllocate, Count: 2}.Marshal(nil)))
 		ctx, cancel := contextTimeout(300 * time.Millisecond)
 		defer cancel()
 		chs, _ := g.hd.OpenSubchannels(ctx, 2)
@@ -592,13 +593,13 @@ func TestNetVSPSubchannelGrants(t *testing.T) {
 func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 	const spacing = 60 * time.Millisecond
 	g := newTGuest(t, tguestOpts{nic: NICConfig{LinkSpacing: spacing}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	var times []time.Time
-	var kinds []netvsc.RNDISStatus
+	var kinds []rndis.Status
 	next := func() {
 		for {
-			var m netvsc.RNDISIndicateStatus
+			var m rndis.IndicateStatus
 			if err := m.Unmarshal(g.control()); err == nil {
 				kinds = append(kinds, m.Status)
 				times = append(times, time.Now())
@@ -612,13 +613,13 @@ func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 	next()
 	g.nic.SetLink(true)
 	next()
-	if kinds[0] != netvsc.RNDISStatusMediaDisconnect || kinds[1] != netvsc.RNDISStatusMediaConnect {
+	if kinds[0] != rndis.StatusMediaDisconnect || kinds[1] != rndis.StatusMediaConnect {
 		t.Errorf("indications %v", kinds)
 	}
 	if d := times[1].Sub(times[0]); d < spacing-5*time.Millisecond {
 		t.Errorf("indications %v apart, want at least %v", d, spacing)
 	}
-	if c := g.query(netvsc.OIDGenMediaConnectStatus, nil); binary.LittleEndian.Uint32(c.Info) != netvsc.NDISMediaStateConnected {
+	if c := g.query(rndis.OIDGenMediaConnectStatus, nil); binary.LittleEndian.Uint32(c.Info) != rndis.NDISMediaStateConnected {
 		t.Errorf("link state after reconnect")
 	}
 	g.noViolations()
@@ -627,9 +628,9 @@ func TestNetVSPLinkIndicationsAreSpaced(t *testing.T) {
 func TestNetVSPSlowControlRepliesArriveAfterTheDelay(t *testing.T) {
 	const delay = 80 * time.Millisecond
 	g := newTGuest(t, tguestOpts{nic: NICConfig{ControlDelay: delay}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	start := time.Now()
-	g.query(netvsc.OIDGenLinkSpeed, nil)
+	g.query(rndis.OIDGenLinkSpeed, nil)
 	if d := time.Since(start); d < delay {
 		t.Errorf("answer after %v, want at least %v", d, delay)
 	}
@@ -637,26 +638,26 @@ func TestNetVSPSlowControlRepliesArriveAfterTheDelay(t *testing.T) {
 
 func TestNetVSPVFAssociationAndDataPathSwitch(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{VF: 7, VFDelay: 10 * time.Millisecond}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	isVF := func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSendVFAssociation
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendVFAssociation
 	}
 	p := g.next(0, isVF)
-	var a netvsc.NVSPVFAssociation
+	var a nvsp.VFAssociation
 	if err := a.Unmarshal(p.payload()); err != nil || a.Allocated != 1 || a.Serial != 7 {
 		t.Fatalf("VF association %+v %v", a, err)
 	}
 	// Linux >= 5.12 waits for an empty completion.
-	c := g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathVF}.Marshal(nil), true))
+	c := g.completion(g.nvsp(nvsp.SwitchDataPath{ActiveDataPath: nvsp.DataPathVF}.Marshal(nil), true))
 	if len(c.payload()) != 0 || !g.nic.Stats().DataPathVF {
 		t.Errorf("switch completion %d bytes", len(c.payload()))
 	}
 	g.nic.SetVF(false)
 	sw := g.next(0, func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSwitchDataPath
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSwitchDataPath
 	})
-	var m netvsc.NVSPSwitchDataPath
-	if m.Unmarshal(sw.payload()); m.ActiveDataPath != netvsc.DataPathSynthetic || sw.tid != hostRequestTID|1 {
+	var m nvsp.SwitchDataPath
+	if m.Unmarshal(sw.payload()); m.ActiveDataPath != nvsp.DataPathSynthetic || sw.tid != hostRequestTID|1 {
 		t.Errorf("host switch %+v tid %#x", m, sw.tid)
 	}
 	p = g.next(0, isVF)
@@ -668,8 +669,8 @@ func TestNetVSPVFAssociationAndDataPathSwitch(t *testing.T) {
 
 func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{RingSize: 8 << 10, SubchannelRingSize: 8 << 10, MaxQueues: 1}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	mac := [6]byte(g.nic.MAC())
 	var frames [][]byte
 	for range 600 {
@@ -695,7 +696,7 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 		}
 		if p.Type == vmbus.PacketTransferPage {
 			got += p.RangeCount()
-			c.Out().Write(vmbus.PacketCompletion, 0, p.TransID, nil, netvsc.NVSPRNDISComplete{Status: netvsc.NVSPStatSuccess}.Marshal(nil))
+			c.Out().Write(vmbus.PacketCompletion, 0, p.TransID, nil, nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil))
 			c.Out().Commit() // no signal either; the host finds it on its timeout
 		}
 	}
@@ -709,8 +710,8 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 
 func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketTypePromiscuous)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketTypePromiscuous)
 	g.nic.Deliver([][]byte{udpFrame([6]byte{}, [6]byte{2}, 1, 64)})
 	g.data(0) // read, never acked
 	g.close()
@@ -722,12 +723,12 @@ func TestNetVSPCountsUnackedReceivesPerChannelAtClose(t *testing.T) {
 
 func TestNetVSPReopenStartsAFreshSession(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.close()
 	g.backlog = nil
 	g.open(0)
-	g.handshake(netvsc.NVSPProtocolVersion6)
-	if st := g.nic.Stats(); st.Opens != 2 || st.NVSPVersion != netvsc.NVSPProtocolVersion6 {
+	g.handshake(nvsp.Version6)
+	if st := g.nic.Stats(); st.Opens != 2 || st.NVSPVersion != nvsp.Version6 {
 		t.Errorf("stats %+v", st)
 	}
 	g.noViolations()
@@ -735,7 +736,7 @@ func TestNetVSPReopenStartsAFreshSession(t *testing.T) {
 
 func TestNetVSPProcMemoryModelReadsTheGuestProcess(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{Memory: GuestMemProc}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	// The guest is this process: its page frame numbers are its virtual
 	// pages.
 	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 5000, 900)
@@ -747,8 +748,8 @@ func TestNetVSPProcMemoryModelReadsTheGuestProcess(t *testing.T) {
 	hdr := vmbus.GPAHeader(nil, 1)
 	hdr = vmbus.AppendGPARange(hdr, uint32(len(msg)), off, []uint64{pfn, pfn + 1}[:int((uint64(off)+uint64(len(msg))+4095)/4096)])
 	tid := g.newTID()
-	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr, netvsc.NVSPRNDISPacket{SectionIndex: netvsc.NVSChimIdxInvalid}.Marshal(nil))
-	if st := g.sendStatus(0, tid); st != netvsc.NVSPStatSuccess {
+	g.sendPkt(0, vmbus.PacketGPADirect, vmbus.FlagCompletionRequested, tid, hdr, nvsp.RNDISPacket{SectionIndex: nvsp.NoSection}.Marshal(nil))
+	if st := g.sendStatus(0, tid); st != nvsp.StatusSuccess {
 		t.Fatalf("status %v", st)
 	}
 	if got := g.port.wait(t, 1)[0]; !bytes.Equal(got, f) {

@@ -18,7 +18,9 @@ package sim
 import (
 	"slices"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -126,7 +128,7 @@ func (ch *nicChan) handleRNDIS(p *vmbus.Packet) error {
 	cfg := ss.cfg.Load()
 	st.txSends.Add(1)
 	status := ch.rndisStatus(p, cfg)
-	if status != netvsc.NVSPStatSuccess {
+	if status != nvsp.StatusSuccess {
 		st.txErrors.Add(1)
 	}
 	if !p.CompletionRequested() {
@@ -134,35 +136,35 @@ func (ch *nicChan) handleRNDIS(p *vmbus.Packet) error {
 		return nil
 	}
 	if ss.n.faults.take(NICFaultTxFail) {
-		status = netvsc.NVSPStatFail
+		status = nvsp.StatusFail
 	}
-	msg := padTo(netvsc.NVSPRNDISComplete{Status: status}.Marshal(ch.xmsg[:0]), ss.msgSize())
+	msg := padTo(nvsp.RNDISComplete{Status: status}.Marshal(ch.xmsg[:0]), ss.msgSize())
 	return ch.c.SendCompletion(p.TransID, msg)
 }
 
 // rndisStatus gathers a send's RNDIS bytes and handles them.
-func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) netvsc.NVSPStatus {
+func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) nvsp.Status {
 	ss := ch.ss
 	st := &ss.n.st
-	var m netvsc.NVSPRNDISPacket
+	var m nvsp.RNDISPacket
 	if err := m.Unmarshal(p.Payload()); err != nil {
 		ss.violation("malformed SEND_RNDIS_PKT")
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
 	if !cfg.recvReady {
 		ss.violation("RNDIS message before the receive buffer")
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
 	b := ch.rndis[:0]
-	if m.SectionIndex != netvsc.NVSChimIdxInvalid {
+	if m.SectionIndex != nvsp.NoSection {
 		if !cfg.sendReady {
 			ss.violation("send section used without a send buffer")
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
 		off, n, _, err := m.Section(cfg.sendSecSize, cfg.sendSecCount)
 		if err != nil {
 			ss.violation("bad send section: " + kindOf(err))
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
 		b = append(b, ss.send[off:off+n]...)
 		st.txSectionSends.Add(1)
@@ -171,25 +173,25 @@ func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) netvsc.NVSPStatus 
 	case vmbus.PacketGPADirect:
 		var ok bool
 		if b, ok = ch.readGPA(p, b); !ok {
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
 		st.txGPA.Add(1)
 	case vmbus.PacketInband:
-		if m.SectionIndex == netvsc.NVSChimIdxInvalid {
+		if m.SectionIndex == nvsp.NoSection {
 			ss.violation("SEND_RNDIS_PKT without a send section or GPA ranges")
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
 	}
 	ch.rndis = b[:0]
-	t, err := netvsc.RNDISMessageType(b)
+	t, err := rndis.MessageType(b)
 	if err != nil {
 		ss.violation("SEND_RNDIS_PKT with no RNDIS message")
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
-	if t != netvsc.RNDISMsgPacket {
+	if t != rndis.TypePacket {
 		if ch.idx != 0 {
 			ss.violation("RNDIS control message on a sub-channel")
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
 		return ss.handleRNDISControl(ch, b)
 	}
@@ -233,7 +235,7 @@ func (ch *nicChan) readGPA(p *vmbus.Packet, b []byte) ([]byte, bool) {
 const maxGPASend = 128 << 10
 
 // handleData walks the PACKET messages of a send.
-func (ch *nicChan) handleData(b []byte, cfg *sessCfg) netvsc.NVSPStatus {
+func (ch *nicChan) handleData(b []byte, cfg *sessCfg) nvsp.Status {
 	ss := ch.ss
 	if !cfg.rndisReady {
 		if cfg.stopped {
@@ -241,18 +243,18 @@ func (ch *nicChan) handleData(b []byte, cfg *sessCfg) netvsc.NVSPStatus {
 		} else {
 			ss.violation("data sent before RNDIS INITIALIZE completed")
 		}
-		return netvsc.NVSPStatFail
+		return nvsp.StatusFail
 	}
-	status := netvsc.NVSPStatSuccess
+	status := nvsp.StatusSuccess
 	for count := 0; len(b) > 0; count++ {
-		t, ml, err := netvsc.ParseRNDISHeader(b)
+		t, ml, err := rndis.ParseHeader(b)
 		if err != nil {
 			ss.violation("bad RNDIS message length in a send")
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
-		if t != netvsc.RNDISMsgPacket {
+		if t != rndis.TypePacket {
 			ss.violation("RNDIS " + t.String() + " after a PACKET_MSG in one send")
-			return netvsc.NVSPStatFail
+			return nvsp.StatusFail
 		}
 		if count == maxPacketsPerMessage {
 			ss.violation("more PACKET_MSGs in one send than max_pkts_per_msg")
@@ -260,15 +262,15 @@ func (ch *nicChan) handleData(b []byte, cfg *sessCfg) netvsc.NVSPStatus {
 		if ml < len(b) && ml%(1<<alignFactor) != 0 {
 			ss.violation("aggregated PACKET_MSG not padded to the packet alignment")
 		}
-		pkt, err := netvsc.ParseRNDISPacket(b[:ml])
+		pkt, err := rndis.ParsePacket(b[:ml])
 		if err == nil {
 			err = pkt.Unsupported()
 		}
 		if err != nil {
 			ss.violation("malformed PACKET_MSG: " + kindOf(err))
-			status = netvsc.NVSPStatFail
+			status = nvsp.StatusFail
 		} else if !ch.txFrame(&pkt, cfg) {
-			status = netvsc.NVSPStatFail
+			status = nvsp.StatusFail
 		}
 		b = b[ml:]
 	}
@@ -279,7 +281,7 @@ func (ch *nicChan) handleData(b []byte, cfg *sessCfg) netvsc.NVSPStatus {
 // (or its segments) to the batch. A frame the host refuses is dropped
 // silently, as Hyper-V drops it (the send still completes with SUCCESS);
 // only malformed per-packet info fails the send (false).
-func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
+func (ch *nicChan) txFrame(pkt *rndis.Packet, cfg *sessCfg) bool {
 	ss := ch.ss
 	st := &ss.n.st
 	drop := func(what string) bool {
@@ -302,9 +304,9 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 	}
 	first := len(ch.tx.frames)
 	op := ss.n.offloadPort()
-	if info.Has&netvsc.InfoLSO != 0 {
+	if info.Has&rndis.InfoLSO != 0 {
 		fillLSOLength(f)
-		fl, err := checkLSO(f, info.LSO, netvsc.HostLSOv2MaxSize)
+		fl, err := checkLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
 		if err != nil {
 			return drop("bad LSO request: " + err.Error())
 		}
@@ -341,15 +343,15 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 			o = ch.tx.alloc(len(f))
 		}
 		copy(o, f)
-		if info.Has&netvsc.InfoChecksum != 0 {
+		if info.Has&rndis.InfoChecksum != 0 {
 			var err error
 			if op != nil {
 				var off FrameOffload
-				off, err = partialTxChecksum(o, netvsc.TxChecksum(info.Checksum))
+				off, err = partialTxChecksum(o, rndis.TxChecksum(info.Checksum))
 				ch.tx.offs[len(ch.tx.offs)-1] = off
 				ch.tx.work = ch.tx.work || off.CsumStart != 0
 			} else {
-				err = applyTxChecksum(o, netvsc.TxChecksum(info.Checksum))
+				err = applyTxChecksum(o, rndis.TxChecksum(info.Checksum))
 			}
 			if err != nil {
 				ch.tx.drop()
@@ -357,7 +359,7 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 			}
 		}
 	}
-	if info.Has&netvsc.InfoVLAN != 0 {
+	if info.Has&rndis.InfoVLAN != 0 {
 		for i := first; i < len(ch.tx.frames); i++ {
 			ch.tx.tag(i, info.VLAN.TCI())
 		}
@@ -367,7 +369,7 @@ func (ch *nicChan) txFrame(pkt *netvsc.RNDISPacket, cfg *sessCfg) bool {
 
 // kindOf names a netvsc protocol error's check, for violation kinds.
 func kindOf(err error) string {
-	if pe, ok := netvsc.IsProtocolError(err); ok {
+	if pe, ok := protoerr.As(err); ok {
 		return pe.Kind.String()
 	}
 	return err.Error()

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -21,12 +22,12 @@ func TestReflectorSendsFramesBackWithMACsSwapped(t *testing.T) {
 	if err := g.nic.Attach(r); err != nil {
 		t.Fatal(err)
 	}
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	mac := [6]byte(g.nic.MAC())
 	peer := [6]byte{2, 0, 0, 0, 0, 5}
 	f := udpFrame(peer, mac, 3333, 200)
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, nil)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, nil)))
 	got := g.recvFrames(0, 1)[0].frame
 	want := udpFrame(mac, peer, 3333, 200)
 	if !bytes.Equal(got, want) {
@@ -50,17 +51,17 @@ func TestPatchConnectsTwoNICs(t *testing.T) {
 	if err := Patch(a.nic, n2); err != nil {
 		t.Fatal(err)
 	}
-	a.handshake(netvsc.NVSPProtocolVersion61)
-	b.handshake(netvsc.NVSPProtocolVersion61)
-	b.setFilter(netvsc.NDISPacketFilterDefault)
+	a.handshake(nvsp.Version61)
+	b.handshake(nvsp.Version61)
+	b.setFilter(rndis.NDISPacketFilterDefault)
 	f := udpFrame([6]byte(n2.MAC()), [6]byte(a.nic.MAC()), 4444, 128)
-	a.sendStatus(0, a.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, nil)))
+	a.sendStatus(0, a.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, nil)))
 	if got := b.recvFrames(0, 1)[0].frame; !bytes.Equal(got, f) {
 		t.Errorf("peer got %x", got)
 	}
 	// Not for b's MAC, and b is not promiscuous: filtered.
 	other := udpFrame([6]byte{2, 9, 9, 9, 9, 9}, [6]byte(a.nic.MAC()), 4444, 128)
-	a.sendStatus(0, a.sendRNDIS(0, netvsc.RMCData, rndisPacket(other, nil)))
+	a.sendStatus(0, a.sendRNDIS(0, nvsp.RMCData, rndisPacket(other, nil)))
 	deadline := time.Now().Add(tgWait)
 	for n2.Stats().RxFiltered == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -72,8 +73,8 @@ func TestPatchConnectsTwoNICs(t *testing.T) {
 
 func TestGeneratorSendsFlowsAndSinksGuestFrames(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	gen := NewGenerator(GeneratorConfig{Flows: 4, Sizes: []int{64, 300}, Count: 100})
 	if err := g.nic.Attach(gen); err != nil {
 		t.Fatal(err)
@@ -92,7 +93,7 @@ func TestGeneratorSendsFlowsAndSinksGuestFrames(t *testing.T) {
 	if st := gen.Stats(); st.Accepted != 100 {
 		t.Errorf("generator %+v", st)
 	}
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(udpFrame([6]byte{2}, [6]byte(g.nic.MAC()), 1, 90), nil)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(udpFrame([6]byte{2}, [6]byte(g.nic.MAC()), 1, 90), nil)))
 	deadline := time.Now().Add(tgWait)
 	for gen.Stats().Received == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -112,8 +113,8 @@ func (g *tguest) answerPings(ctx context.Context, ip netip.Addr) (answered int) 
 		if !ok || p.typ != vmbus.PacketTransferPage {
 			continue
 		}
-		var m netvsc.NVSPRNDISPacket
-		if m.Unmarshal(p.payload()) != nil || m.ChannelType != netvsc.RMCData {
+		var m nvsp.RNDISPacket
+		if m.Unmarshal(p.payload()) != nil || m.ChannelType != nvsp.RMCData {
 			g.ack(&p)
 			continue
 		}
@@ -151,7 +152,7 @@ func (g *tguest) answerPings(ctx context.Context, ip netip.Addr) (answered int) 
 				}
 			}
 			if reply != nil {
-				g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(reply, nil)))
+				g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(reply, nil)))
 			}
 		}
 		g.ack(&p)
@@ -188,8 +189,8 @@ func TestTAPAndVethLetKernelToolsPingTheGuest(t *testing.T) {
 			if err := g.nic.Attach(tap); err != nil {
 				t.Fatal(err)
 			}
-			g.handshake(netvsc.NVSPProtocolVersion61)
-			g.setFilter(netvsc.NDISPacketFilterDefault)
+			g.handshake(nvsp.Version61)
+			g.setFilter(rndis.NDISPacketFilterDefault)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan int)
 			go func() { done <- g.answerPings(ctx, netip.MustParseAddr("10.77.0.2")) }()

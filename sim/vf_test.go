@@ -14,7 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -122,12 +123,12 @@ func vfTCPFrame(dst, src [6]byte, flags byte) []byte {
 	return f
 }
 
-func (g *tguest) vfAssociation(want uint32) netvsc.NVSPVFAssociation {
+func (g *tguest) vfAssociation(want uint32) nvsp.VFAssociation {
 	g.t.Helper()
 	p := g.next(0, func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSendVFAssociation
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSendVFAssociation
 	})
-	var a netvsc.NVSPVFAssociation
+	var a nvsp.VFAssociation
 	if err := a.Unmarshal(p.payload()); err != nil || a.Allocated != want {
 		g.t.Fatalf("VF association %+v %v, want allocated %d", a, err, want)
 	}
@@ -212,9 +213,9 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 	g := newTGuest(t, tguestOpts{nic: NICConfig{VF: 7, VFDelay: 10 * time.Millisecond, VFStandIn: &cfg}})
 	v := g.nic.VF()
 	end := openGuestEnd(t, v)
-	g.handshake(netvsc.NVSPProtocolVersion61)
+	g.handshake(nvsp.Version61)
 	g.vfAssociation(1)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	mac := [6]byte(g.nic.MAC())
 	peer := [6]byte{0x02, 0, 0, 0, 0, 1}
 	uni := udpFrame(mac, peer, 2000, 100)
@@ -225,7 +226,7 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 		t.Fatalf("synthetic frames %d", len(fs))
 	}
 	// The switch: an empty completion, and steering from then on.
-	c := g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathVF}.Marshal(nil), true))
+	c := g.completion(g.nvsp(nvsp.SwitchDataPath{ActiveDataPath: nvsp.DataPathVF}.Marshal(nil), true))
 	if len(c.payload()) != 0 {
 		t.Errorf("switch completion of %d bytes", len(c.payload()))
 	}
@@ -263,10 +264,10 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 	removed := make(chan error, 1)
 	go func() { removed <- v.Remove(ctx, false) }()
 	sw := g.next(0, func(p *gpkt) bool {
-		return p.typ == vmbus.PacketInband && p.nvspType() == netvsc.NVSPMsg4TypeSwitchDataPath
+		return p.typ == vmbus.PacketInband && p.nvspType() == nvsp.TypeSwitchDataPath
 	})
-	var m netvsc.NVSPSwitchDataPath
-	if m.Unmarshal(sw.payload()); m.ActiveDataPath != netvsc.DataPathSynthetic {
+	var m nvsp.SwitchDataPath
+	if m.Unmarshal(sw.payload()); m.ActiveDataPath != nvsp.DataPathSynthetic {
 		t.Errorf("host switch %+v", m)
 	}
 	g.vfAssociation(0)
@@ -274,7 +275,7 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 		t.Error("the VF was removed before the guest left it")
 	}
 	// The guest leaves the VF as Linux does: its own switch, completed.
-	g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathSynthetic}.Marshal(nil), true))
+	g.completion(g.nvsp(nvsp.SwitchDataPath{ActiveDataPath: nvsp.DataPathSynthetic}.Marshal(nil), true))
 	if err := <-removed; err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +309,9 @@ func TestVFSteeringFollowsTheGuestsSwitchAndKeepsExceptionsSynthetic(t *testing.
 
 func TestVFSwitchWithoutAssociationIsAViolation(t *testing.T) {
 	g := newTGuest(t, tguestOpts{nic: NICConfig{}})
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: netvsc.DataPathVF}.Marshal(nil), true))
-	g.completion(g.nvsp(netvsc.NVSPSwitchDataPath{ActiveDataPath: 7}.Marshal(nil), true))
+	g.handshake(nvsp.Version61)
+	g.completion(g.nvsp(nvsp.SwitchDataPath{ActiveDataPath: nvsp.DataPathVF}.Marshal(nil), true))
+	g.completion(g.nvsp(nvsp.SwitchDataPath{ActiveDataPath: 7}.Marshal(nil), true))
 	if g.violations("without a VF association") != 1 || g.violations("unknown data path") != 1 {
 		t.Errorf("violations %v", g.h.Violations())
 	}

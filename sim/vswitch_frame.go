@@ -12,8 +12,8 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 const (
@@ -133,34 +133,34 @@ func transport(proto uint8, p []byte) uint8 {
 // TCP_IPV4/TCP_IPV6; UDP: UDP_IPV4/UDP_IPV6), otherwise the 2-tuple when
 // the IP type is. ok is false when no enabled type applies; typ is the
 // type used, for the hash-info per-packet info.
-func rssInput(key []byte, types netvsc.HashInfo, f []byte) (hash uint32, typ netvsc.HashInfo, ok bool) {
+func rssInput(key []byte, types rndis.HashInfo, f []byte) (hash uint32, typ rndis.HashInfo, ok bool) {
 	fl := parseFlow(f)
 	if !fl.ip {
 		return 0, 0, false
 	}
-	var l4Type, ipType netvsc.HashInfo
+	var l4Type, ipType rndis.HashInfo
 	switch {
 	case !fl.v6 && fl.l4 == ipProtoTCP:
-		l4Type, ipType = netvsc.NDISHashTCPIPv4, netvsc.NDISHashIPv4
+		l4Type, ipType = rndis.NDISHashTCPIPv4, rndis.NDISHashIPv4
 	case !fl.v6 && fl.l4 == ipProtoUDP:
-		l4Type, ipType = netvsc.NDISHashUDPIPv4, netvsc.NDISHashIPv4
+		l4Type, ipType = rndis.NDISHashUDPIPv4, rndis.NDISHashIPv4
 	case !fl.v6:
-		ipType = netvsc.NDISHashIPv4
+		ipType = rndis.NDISHashIPv4
 	case fl.l4 == ipProtoTCP:
-		l4Type, ipType = netvsc.NDISHashTCPIPv6, netvsc.NDISHashIPv6
+		l4Type, ipType = rndis.NDISHashTCPIPv6, rndis.NDISHashIPv6
 	case fl.l4 == ipProtoUDP:
-		l4Type, ipType = netvsc.NDISHashUDPIPv6, netvsc.NDISHashIPv6
+		l4Type, ipType = rndis.NDISHashUDPIPv6, rndis.NDISHashIPv6
 	default:
-		ipType = netvsc.NDISHashIPv6
+		ipType = rndis.NDISHashIPv6
 	}
 	src, _ := netip.AddrFromSlice(fl.src)
 	dst, _ := netip.AddrFromSlice(fl.dst)
 	if l4Type != 0 && types&l4Type != 0 {
 		p := f[fl.l4off:]
-		return netvsc.RSSHash(key, src, dst, be.Uint16(p), be.Uint16(p[2:]), true), l4Type, true
+		return rndis.RSSHash(key, src, dst, be.Uint16(p), be.Uint16(p[2:]), true), l4Type, true
 	}
 	if types&ipType != 0 {
-		return netvsc.RSSHash(key, src, dst, 0, 0, false), ipType, true
+		return rndis.RSSHash(key, src, dst, 0, 0, false), ipType, true
 	}
 	return 0, 0, false
 }
@@ -180,35 +180,35 @@ func pseudoSum(fl *flow, proto uint8, l4len int) uint32 {
 
 // rxChecksum verifies a frame's checksums as the host does before
 // delivery and returns the receive checksum info (netvsc.md §3.4).
-func rxChecksum(f []byte) netvsc.RxChecksum {
+func rxChecksum(f []byte) rndis.RxChecksum {
 	fl := parseFlow(f)
 	if !fl.ip {
 		return 0
 	}
-	var c netvsc.RxChecksum
+	var c rndis.RxChecksum
 	if !fl.v6 {
 		if ^csum.Fold(csum.Add(0, f[fl.l3:fl.l4off])) == 0 {
-			c |= netvsc.RxChecksumIPOK
+			c |= rndis.RxChecksumIPOK
 		} else {
-			c |= netvsc.RxChecksumIPFailed
+			c |= rndis.RxChecksumIPFailed
 		}
 	}
 	seg := f[fl.l4off:fl.l4end]
 	switch fl.l4 {
 	case ipProtoTCP:
 		if ^csum.Fold(csum.Add(pseudoSum(&fl, ipProtoTCP, len(seg)), seg)) == 0 {
-			c |= netvsc.RxChecksumTCPOK
+			c |= rndis.RxChecksumTCPOK
 		} else {
-			c |= netvsc.RxChecksumTCPFailed
+			c |= rndis.RxChecksumTCPFailed
 		}
 	case ipProtoUDP:
 		switch {
 		case !fl.v6 && be.Uint16(seg[6:]) == 0: // no checksum (IPv4 only)
-			c |= netvsc.RxChecksumUDPOK
+			c |= rndis.RxChecksumUDPOK
 		case ^csum.Fold(csum.Add(pseudoSum(&fl, ipProtoUDP, len(seg)), seg)) == 0:
-			c |= netvsc.RxChecksumUDPOK
+			c |= rndis.RxChecksumUDPOK
 		default:
-			c |= netvsc.RxChecksumUDPFailed
+			c |= rndis.RxChecksumUDPFailed
 		}
 	}
 	return c
@@ -229,21 +229,21 @@ var (
 
 // applyTxChecksum computes the checksums a guest's checksum per-packet
 // info asks for, in place.
-func applyTxChecksum(f []byte, c netvsc.TxChecksum) error {
+func applyTxChecksum(f []byte, c rndis.TxChecksum) error {
 	fl := parseFlow(f)
 	if !fl.ip {
 		return errOffloadNotIP
 	}
-	if c&netvsc.TxChecksumIPHeader != 0 && !fl.v6 {
+	if c&rndis.TxChecksumIPHeader != 0 && !fl.v6 {
 		h := f[fl.l3:fl.l4off]
 		h[10], h[11] = 0, 0
 		be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 	}
 	var proto uint8
 	switch {
-	case c&netvsc.TxChecksumTCP != 0:
+	case c&rndis.TxChecksumTCP != 0:
 		proto = ipProtoTCP
-	case c&netvsc.TxChecksumUDP != 0:
+	case c&rndis.TxChecksumUDP != 0:
 		proto = ipProtoUDP
 	default:
 		return nil
@@ -270,7 +270,7 @@ func applyTxChecksum(f []byte, c netvsc.TxChecksum) error {
 
 // checkLSO validates a guest's LSOv2 request against its frame the way
 // the host does before segmenting it (netvsc.md §7 host 8).
-func checkLSO(f []byte, l netvsc.LSOInfo, maxPayload int) (flow, error) {
+func checkLSO(f []byte, l rndis.LSOInfo, maxPayload int) (flow, error) {
 	fl := parseFlow(f)
 	switch {
 	case !l.IsV2():
@@ -365,11 +365,11 @@ func macFilterBit(f []byte, mac [6]byte) uint32 {
 	d := f[:6]
 	switch {
 	case d[0] == 0xff && d[1] == 0xff && d[2] == 0xff && d[3] == 0xff && d[4] == 0xff && d[5] == 0xff:
-		return netvsc.NDISPacketTypeBroadcast
+		return rndis.NDISPacketTypeBroadcast
 	case d[0]&1 != 0:
-		return netvsc.NDISPacketTypeMulticast | netvsc.NDISPacketTypeAllMulticast
+		return rndis.NDISPacketTypeMulticast | rndis.NDISPacketTypeAllMulticast
 	case [6]byte(d) == mac:
-		return netvsc.NDISPacketTypeDirected
+		return rndis.NDISPacketTypeDirected
 	}
 	return 0
 }
@@ -381,7 +381,7 @@ func filterAccepts(filter uint32, f []byte, mac [6]byte) bool {
 	if filter == 0 || len(f) < ethHeaderLen {
 		return false
 	}
-	if filter&netvsc.NDISPacketTypePromiscuous != 0 {
+	if filter&rndis.NDISPacketTypePromiscuous != 0 {
 		return true
 	}
 	return filter&macFilterBit(f, mac) != 0

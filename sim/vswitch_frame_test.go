@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 func TestVLANStripAndInsertRoundTrip(t *testing.T) {
@@ -26,32 +26,32 @@ func TestVLANStripAndInsertRoundTrip(t *testing.T) {
 func TestRxChecksumVerifiesIPTCPAndUDP(t *testing.T) {
 	f := tcpFrame(false, 100)
 	fl := parseFlow(f)
-	if err := applyTxChecksum(f, netvsc.NewTxChecksum(netvsc.TxChecksumIPv4|netvsc.TxChecksumIPHeader|netvsc.TxChecksumTCP, fl.l4off)); err != nil {
+	if err := applyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader|rndis.TxChecksumTCP, fl.l4off)); err != nil {
 		t.Fatal(err)
 	}
-	if c := rxChecksum(f); c != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+	if c := rxChecksum(f); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 		t.Errorf("good frame: %#x", c)
 	}
 	f[len(f)-1] ^= 0xff
-	if c := rxChecksum(f); c&netvsc.RxChecksumTCPFailed == 0 {
+	if c := rxChecksum(f); c&rndis.RxChecksumTCPFailed == 0 {
 		t.Errorf("corrupted payload: %#x", c)
 	}
 	v6 := tcpFrame(true, 33)
 	fl = parseFlow(v6)
-	if err := applyTxChecksum(v6, netvsc.NewTxChecksum(netvsc.TxChecksumIPv6|netvsc.TxChecksumTCP, fl.l4off)); err != nil {
+	if err := applyTxChecksum(v6, rndis.NewTxChecksum(rndis.TxChecksumIPv6|rndis.TxChecksumTCP, fl.l4off)); err != nil {
 		t.Fatal(err)
 	}
-	if c := rxChecksum(v6); c != netvsc.RxChecksumTCPOK {
+	if c := rxChecksum(v6); c != rndis.RxChecksumTCPOK {
 		t.Errorf("IPv6: %#x", c)
 	}
 	// A checksum request whose offset does not match the frame.
-	if err := applyTxChecksum(f, netvsc.NewTxChecksum(netvsc.TxChecksumTCP, 10)); err != errOffloadOffset {
+	if err := applyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumTCP, 10)); err != errOffloadOffset {
 		t.Errorf("bad offset: %v", err)
 	}
 }
 
 func TestRSSInputMatchesNDISHashTypes(t *testing.T) {
-	key := netvsc.MicrosoftRSSKey()
+	key := rndis.MicrosoftRSSKey()
 	// Microsoft's "Verifying the RSS Hash Calculation" vector:
 	// 66.9.149.187:2794 -> 161.142.100.80:1766, IPv4 0x323e8fc2, TCP 0x51ccc178.
 	f := tcpFrame(false, 0)
@@ -59,28 +59,28 @@ func TestRSSInputMatchesNDISHashTypes(t *testing.T) {
 	copy(f[30:34], []byte{161, 142, 100, 80})
 	be.PutUint16(f[34:], 2794)
 	be.PutUint16(f[36:], 1766)
-	h, typ, ok := rssInput(key[:], netvsc.NDISHashIPv4|netvsc.NDISHashTCPIPv4, f)
-	if !ok || typ != netvsc.NDISHashTCPIPv4 || h != 0x51ccc178 {
+	h, typ, ok := rssInput(key[:], rndis.NDISHashIPv4|rndis.NDISHashTCPIPv4, f)
+	if !ok || typ != rndis.NDISHashTCPIPv4 || h != 0x51ccc178 {
 		t.Errorf("TCP 4-tuple: %#x %#x %v", h, typ, ok)
 	}
-	h, typ, ok = rssInput(key[:], netvsc.NDISHashIPv4, f)
-	if !ok || typ != netvsc.NDISHashIPv4 || h != 0x323e8fc2 {
+	h, typ, ok = rssInput(key[:], rndis.NDISHashIPv4, f)
+	if !ok || typ != rndis.NDISHashIPv4 || h != 0x323e8fc2 {
 		t.Errorf("IPv4 2-tuple: %#x %#x %v", h, typ, ok)
 	}
-	if _, _, ok := rssInput(key[:], netvsc.NDISHashIPv6, f); ok {
+	if _, _, ok := rssInput(key[:], rndis.NDISHashIPv6, f); ok {
 		t.Error("IPv4 frame hashed with only IPv6 types")
 	}
 	src, dst := netip.MustParseAddr("66.9.149.187"), netip.MustParseAddr("161.142.100.80")
-	if want := netvsc.RSSHash(key[:], src, dst, 0, 0, false); want != 0x323e8fc2 {
-		t.Errorf("netvsc.RSSHash %#x", want)
+	if want := rndis.RSSHash(key[:], src, dst, 0, 0, false); want != 0x323e8fc2 {
+		t.Errorf("rndis.RSSHash %#x", want)
 	}
 }
 
 func TestSegmentLSOProducesValidSegments(t *testing.T) {
 	f := tcpFrame(false, 3000)
-	var info netvsc.PacketInfo
-	info.SetLSO(netvsc.NewLSOv2(1000, 34, false))
-	fl, err := checkLSO(f, info.LSO, netvsc.HostLSOv2MaxSize)
+	var info rndis.PacketInfo
+	info.SetLSO(rndis.NewLSOv2(1000, 34, false))
+	fl, err := checkLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestSegmentLSOProducesValidSegments(t *testing.T) {
 		t.Fatalf("%d segments", len(segs))
 	}
 	for i, s := range segs {
-		if c := rxChecksum(s); c != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+		if c := rxChecksum(s); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 			t.Errorf("segment %d checksums %#x", i, c)
 		}
 		if id := be.Uint16(s[18:]); id != 77+uint16(i) {
@@ -113,10 +113,10 @@ func TestPacketFilter(t *testing.T) {
 		uni, other, bcast, mcast bool
 	}{
 		{0, false, false, false, false},
-		{netvsc.NDISPacketTypeDirected, true, false, false, false},
-		{netvsc.NDISPacketFilterDefault, true, false, true, true},
-		{netvsc.NDISPacketTypeDirected | netvsc.NDISPacketTypeBroadcast, true, false, true, false},
-		{netvsc.NDISPacketTypePromiscuous, true, true, true, true},
+		{rndis.NDISPacketTypeDirected, true, false, false, false},
+		{rndis.NDISPacketFilterDefault, true, false, true, true},
+		{rndis.NDISPacketTypeDirected | rndis.NDISPacketTypeBroadcast, true, false, true, false},
+		{rndis.NDISPacketTypePromiscuous, true, true, true, true},
 	} {
 		got := [4]bool{filterAccepts(tc.filter, uni, mac), filterAccepts(tc.filter, other, mac), filterAccepts(tc.filter, bcast, mac), filterAccepts(tc.filter, mcast, mac)}
 		if got != [4]bool{tc.uni, tc.other, tc.bcast, tc.mcast} {

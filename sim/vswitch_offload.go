@@ -12,8 +12,8 @@ package sim
 // way, before the frame reaches the port.
 
 import (
-	"github.com/vmbusd/vmbusd/internal/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 // FrameOffload is the work a frame handed to an OffloadPort leaves to the
@@ -116,21 +116,21 @@ func (b *txBatch) addLSOWhole(f []byte, fl flow, mss int) bool {
 // checks, but leaves the transport checksum partial for an OffloadPort
 // (the IPv4 header checksum is always computed): it returns the frame's
 // offload.
-func partialTxChecksum(f []byte, c netvsc.TxChecksum) (FrameOffload, error) {
+func partialTxChecksum(f []byte, c rndis.TxChecksum) (FrameOffload, error) {
 	fl := parseFlow(f)
 	if !fl.ip {
 		return FrameOffload{}, errOffloadNotIP
 	}
-	if c&netvsc.TxChecksumIPHeader != 0 && !fl.v6 {
+	if c&rndis.TxChecksumIPHeader != 0 && !fl.v6 {
 		h := f[fl.l3:fl.l4off]
 		h[10], h[11] = 0, 0
 		be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 	}
 	var proto uint8
 	switch {
-	case c&netvsc.TxChecksumTCP != 0:
+	case c&rndis.TxChecksumTCP != 0:
 		proto = ipProtoTCP
-	case c&netvsc.TxChecksumUDP != 0:
+	case c&rndis.TxChecksumUDP != 0:
 		proto = ipProtoUDP
 	default:
 		return FrameOffload{}, nil

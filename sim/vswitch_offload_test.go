@@ -6,8 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 // offloadCapture is a capturePort that takes offloads and records them.
@@ -44,9 +45,9 @@ func finish(f []byte, o FrameOffload) []byte {
 
 func enableLSO(t *testing.T, g *tguest) {
 	t.Helper()
-	p := netvsc.OffloadParameters{Header: netvsc.OffloadParametersHeader(g.version), LSOv2IPv4: netvsc.NDISOffloadParametersEnabled, LSOv2IPv6: netvsc.NDISOffloadParametersEnabled,
-		TCPIPv4Checksum: netvsc.NDISOffloadParametersTxRxEnabled, TCPIPv6Checksum: netvsc.NDISOffloadParametersTxRxEnabled}
-	if st := g.set(netvsc.OIDTCPOffloadParameters, p.Marshal(nil)); st != netvsc.RNDISStatusSuccess {
+	p := rndis.OffloadParameters{Header: rndis.OffloadParametersHeader(g.version), LSOv2IPv4: rndis.NDISOffloadParametersEnabled, LSOv2IPv6: rndis.NDISOffloadParametersEnabled,
+		TCPIPv4Checksum: rndis.NDISOffloadParametersTxRxEnabled, TCPIPv6Checksum: rndis.NDISOffloadParametersTxRxEnabled}
+	if st := g.set(rndis.OIDTCPOffloadParameters, p.Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("offload parameters: %v", st)
 	}
 }
@@ -62,8 +63,8 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 	if err := g.nic.Attach(port); err != nil {
 		t.Fatal(err)
 	}
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	enableLSO(t, g)
 	sent := 0
 	for _, v6 := range []bool{false, true} {
@@ -74,9 +75,9 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 		} else {
 			f[16], f[17] = 0, 0 // Linux leaves a large send's IP length 0
 		}
-		var info netvsc.PacketInfo
-		info.SetLSO(netvsc.NewLSOv2(1400, l4, v6))
-		if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+		var info rndis.PacketInfo
+		info.SetLSO(rndis.NewLSOv2(1400, l4, v6))
+		if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
 			t.Fatalf("LSO send: %v", st)
 		}
 		sent++
@@ -85,7 +86,7 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 		if o != (FrameOffload{CsumStart: uint16(l4), CsumOffset: 16, MSS: 1400, IPv6: v6}) {
 			t.Fatalf("v6 %v: offload %+v", v6, o)
 		}
-		if len(got) != len(f) || rxChecksum(finish(got, o))&(netvsc.RxChecksumTCPFailed|netvsc.RxChecksumIPFailed) != 0 {
+		if len(got) != len(f) || rxChecksum(finish(got, o))&(rndis.RxChecksumTCPFailed|rndis.RxChecksumIPFailed) != 0 {
 			t.Fatalf("v6 %v: super-frame of %d bytes, checksums %#x after the wire's", v6, len(got), rxChecksum(finish(got, o)))
 		}
 		if !bytes.Equal(got[l4+20:], f[l4+20:]) {
@@ -100,16 +101,16 @@ func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
 	}
 	// A checksum request: partial, the IPv4 header checksum done.
 	f := tcpFrame(false, 300)
-	var info netvsc.PacketInfo
-	info.SetChecksum(uint32(netvsc.NewTxChecksum(netvsc.TxChecksumIPv4|netvsc.TxChecksumIPHeader|netvsc.TxChecksumTCP, 34)))
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(f, &info)))
+	var info rndis.PacketInfo
+	info.SetChecksum(uint32(rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader|rndis.TxChecksumTCP, 34)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, &info)))
 	got := port.wait(t, 3)[2]
 	o := port.offloads()[2]
-	if o != (FrameOffload{CsumStart: 34, CsumOffset: 16}) || rxChecksum(finish(got, o)) != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+	if o != (FrameOffload{CsumStart: 34, CsumOffset: 16}) || rxChecksum(finish(got, o)) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 		t.Errorf("checksum request: offload %+v, checksums %#x", o, rxChecksum(finish(got, o)))
 	}
 	// A batch of frames with nothing to do goes through Transmit.
-	g.sendStatus(0, g.sendRNDIS(0, netvsc.RMCData, rndisPacket(udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 2000, 100), nil)))
+	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 2000, 100), nil)))
 	port.wait(t, 4)
 	if n := len(port.offloads()); n != 3 {
 		t.Errorf("%d frames through TransmitOffload, want 3", n)
@@ -124,19 +125,19 @@ func TestPortWithoutOffloadsGetsSegments(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	port := &offloadCapture{capturePort: newCapturePort(), takes: false}
 	g.nic.Attach(port)
-	g.handshake(netvsc.NVSPProtocolVersion61)
-	g.setFilter(netvsc.NDISPacketFilterDefault)
+	g.handshake(nvsp.Version61)
+	g.setFilter(rndis.NDISPacketFilterDefault)
 	enableLSO(t, g)
 	f := tcpFrame(false, 5000)
 	f[16], f[17] = 0, 0
-	var info netvsc.PacketInfo
-	info.SetLSO(netvsc.NewLSOv2(1400, 34, false))
-	if st := g.sendStatus(0, g.sendGPA(0, netvsc.RMCData, gpaPage, rndisPacket(f, &info))); st != netvsc.NVSPStatSuccess {
+	var info rndis.PacketInfo
+	info.SetLSO(rndis.NewLSOv2(1400, 34, false))
+	if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
 		t.Fatalf("LSO send: %v", st)
 	}
 	var payload []byte
 	for i, s := range port.wait(t, 4) {
-		if rxChecksum(s) != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+		if rxChecksum(s) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 			t.Fatalf("segment %d: checksums %#x", i, rxChecksum(s))
 		}
 		payload = append(payload, s[54:]...)
@@ -178,14 +179,14 @@ func TestTAPPortCutsKernelSuperFrames(t *testing.T) {
 		tp.takeFrame(r, r.slab[r.pos:r.pos+len(b)])
 	}
 	big := tcpFrame(false, 10000)
-	applyTxChecksum(big, netvsc.NewTxChecksum(netvsc.TxChecksumIPv4|netvsc.TxChecksumIPHeader, 34))
+	applyTxChecksum(big, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader, 34))
 	read(vnetFrame(vnetNeedsCsum, vnetGSOTCPv4, 1460, 34, 16, partialTCP(big)))
 	if len(r.frames) != 7 {
 		t.Fatalf("%d frames from a 10000-byte super-frame at MSS 1460", len(r.frames))
 	}
 	var payload []byte
 	for i, s := range r.frames {
-		if len(s) > 1514 || rxChecksum(s) != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+		if len(s) > 1514 || rxChecksum(s) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 			t.Fatalf("segment %d: %d bytes, checksums %#x", i, len(s), rxChecksum(s))
 		}
 		payload = append(payload, s[54:]...)
@@ -195,7 +196,7 @@ func TestTAPPortCutsKernelSuperFrames(t *testing.T) {
 	}
 	small := tcpFrame(true, 100)
 	read(vnetFrame(vnetNeedsCsum, vnetGSONone, 0, 54, 16, partialTCP(small)))
-	if n := len(r.frames); n != 8 || rxChecksum(r.frames[7]) != netvsc.RxChecksumTCPOK {
+	if n := len(r.frames); n != 8 || rxChecksum(r.frames[7]) != rndis.RxChecksumTCPOK {
 		t.Fatalf("partial checksum not finished (%d frames)", n)
 	}
 	for _, bad := range [][]byte{
@@ -246,7 +247,7 @@ func piece(seq uint32, flags uint8, payload int) []byte {
 	for i := 54; i < len(f); i++ {
 		f[i] = byte(seq) + byte(i)
 	}
-	applyTxChecksum(f, netvsc.NewTxChecksum(netvsc.TxChecksumIPv4|netvsc.TxChecksumIPHeader, 34))
+	applyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader, 34))
 	return partialTCP(f)
 }
 
@@ -316,7 +317,7 @@ func TestTAPPortMergesALargeSendsPieces(t *testing.T) {
 				var h [vnetHdrLen]byte
 				copy(h[:], w.hdr[:])
 				o := FrameOffload{CsumStart: binary.LittleEndian.Uint16(h[6:]), CsumOffset: binary.LittleEndian.Uint16(h[8:]), MSS: binary.LittleEndian.Uint16(h[4:])}
-				if c := rxChecksum(finish(f, o)); c != netvsc.RxChecksumIPOK|netvsc.RxChecksumTCPOK {
+				if c := rxChecksum(finish(f, o)); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 					t.Fatalf("write %d: checksums %#x", len(got), c)
 				}
 				if j-i > 1 && (h[1] != vnetGSOTCPv4 || o.MSS != mss) {

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
-	"github.com/vmbusd/vmbusd/internal/gso"
+	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/frame/gso"
 	"github.com/vmbusd/vmbusd/netvsc"
 )
 

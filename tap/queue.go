@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/internal/gso"
+	"github.com/vmbusd/vmbusd/frame/gso"
 	"github.com/vmbusd/vmbusd/netvsc"
 )
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -550,7 +551,7 @@ func (c *Config) validateNICs() error {
 		// The driver owns its limits: check the NIC as netvsc.Open would.
 		if err := n.Netvsc().Validate(); err != nil {
 			key := "mtu"
-			if n.Queues < 1 || n.Queues > netvsc.MaxSubchannels {
+			if n.Queues < 1 || n.Queues > nvsp.MaxSubchannels {
 				key = "queues"
 			}
 			return verr("nic", i, key, "%s", strings.TrimPrefix(err.Error(), "netvsc: "))

@@ -11,6 +11,7 @@ import (
 	"github.com/vmbusd/vmbusd/internal/pcapfilter"
 	"github.com/vmbusd/vmbusd/internal/pcapng"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/tap"
 )
 
@@ -190,7 +191,7 @@ func (r *nicRunner) queueLimit() int {
 	if r.cfg.Queues > 0 {
 		return r.cfg.Queues
 	}
-	return netvsc.MaxSubchannels
+	return nvsp.MaxSubchannels
 }
 
 // CaptureHeaderDevice is the response header naming the NIC a capture

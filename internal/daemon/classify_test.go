@@ -10,6 +10,9 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/uio"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -28,15 +31,15 @@ func TestClassifyFollowsTheErrorContract(t *testing.T) {
 		// DeviceError a dead NIC reports, an NVSP one at bring-up.
 		{"ring violation of a running NIC", ringViolation, failViolation},
 		{"ring violation wrapped by the supervisor", fmt.Errorf("open: %w", ringViolation), failViolation},
-		{"NVSP violation at bring-up", fmt.Errorf("open: %w", &netvsc.ProtocolError{Msg: "SEND_RECV_BUF_COMPLETE",
-			Kind: netvsc.KindSectionCount, Field: "NumSections", Val: 2}), failViolation},
+		{"NVSP violation at bring-up", fmt.Errorf("open: %w", &protoerr.Error{Msg: "SEND_RECV_BUF_COMPLETE",
+			Kind: protoerr.KindSectionCount, Field: "NumSections", Val: 2}), failViolation},
 		// Rescinds, bare or inside the DeviceError.
 		{"rescind", &netvsc.DeviceError{Err: fmt.Errorf("channel 3: %w", vmbus.ErrRescinded)}, failRescind},
 		{"uio rescind at open", fmt.Errorf("open: %w", uio.ErrRescinded), failRescind},
 		// The host refusing or not answering.
 		{"control timeout", fmt.Errorf("open: query link: %w", netvsc.ErrControlTimeout), failHost},
-		{"RNDIS failure status", fmt.Errorf("open: %w", &netvsc.RNDISError{Request: "SET packet filter", Status: netvsc.RNDISStatusFailure}), failHost},
-		{"NVSP failure status", fmt.Errorf("open: %w", &netvsc.NVSPError{Request: "SEND_RECV_BUF", Status: netvsc.NVSPStatFail}), failHost},
+		{"RNDIS failure status", fmt.Errorf("open: %w", &netvsc.RNDISError{Request: "SET packet filter", Status: rndis.StatusFailure}), failHost},
+		{"NVSP failure status", fmt.Errorf("open: %w", &netvsc.NVSPError{Request: "SEND_RECV_BUF", Status: nvsp.StatusFail}), failHost},
 		{"failed control exchange of a running NIC", &netvsc.DeviceError{Err: errors.New("netvsc: control channel closed")}, failHost},
 		{"liveness probe", fmt.Errorf("%w: %w", errHostSilent, netvsc.ErrControlTimeout), failHost},
 		// A required VF that did not come.

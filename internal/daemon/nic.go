@@ -145,7 +145,7 @@ var failureNames = [...]string{failConfig: "configuration", failViolation: "prot
 func (k failureKind) String() string { return failureNames[k] }
 
 // classify sorts an incarnation's failure by the netvsc error contract
-// (netvsc/errors.go, netvsc/config.go): a violation may be a
+// (netvsc/protoerr, netvsc/config.go): a violation may be a
 // *vmbus.CorruptError inside a *netvsc.DeviceError, so it is told by
 // CheckOf, not by its type.
 func classify(err error) failureKind {

@@ -1,28 +1,30 @@
-package netvsc
+package nvsp
+
+import "github.com/vmbusd/vmbusd/netvsc/protoerr"
 
 // NVSP messages of NVSP 4 and later for accelerated networking and
 // multi-queue (netvsc.md §2.8, §2.9): VF association, data-path switch,
 // sub-channels, the send indirection table.
 
-// NVSPVFAssociation is SEND_VF_ASSOCIATION (128), host to guest: Allocated
+// VFAssociation is SEND_VF_ASSOCIATION (128), host to guest: Allocated
 // is 1 when a VF is present and Serial (its PCI slot name in the guest) is
 // valid, 0 when it was removed (netvsc.md §2.9).
-type NVSPVFAssociation struct {
+type VFAssociation struct {
 	Allocated uint32 // @4
 	Serial    uint32 // @8
 }
 
 // Marshal appends the 40-byte message to dst.
-func (m NVSPVFAssociation) Marshal(dst []byte) []byte {
-	dst, b := nvspHeader(dst, NVSPMsg4TypeSendVFAssociation, NVSPMessageSize)
+func (m VFAssociation) Marshal(dst []byte) []byte {
+	dst, b := nvspHeader(dst, TypeSendVFAssociation, MessageSize)
 	le.PutUint32(b[4:], m.Allocated)
 	le.PutUint32(b[8:], m.Serial)
 	return dst
 }
 
 // Unmarshal decodes a SEND_VF_ASSOCIATION message.
-func (m *NVSPVFAssociation) Unmarshal(b []byte) error {
-	if err := checkNVSP(b, NVSPMsg4TypeSendVFAssociation, nvspVFAssociationLen); err != nil {
+func (m *VFAssociation) Unmarshal(b []byte) error {
+	if err := checkNVSP(b, TypeSendVFAssociation, nvspVFAssociationLen); err != nil {
 		return err
 	}
 	m.Allocated = le.Uint32(b[4:])
@@ -30,47 +32,47 @@ func (m *NVSPVFAssociation) Unmarshal(b []byte) error {
 	return nil
 }
 
-// NVSPSwitchDataPath is SWITCH_DATA_PATH (129): guest to host to move
+// SwitchDataPath is SWITCH_DATA_PATH (129): guest to host to move
 // traffic, host to guest to report that it moved back to synthetic. Its
 // completion carries no payload at all (netvsc.md §2.9).
-type NVSPSwitchDataPath struct {
+type SwitchDataPath struct {
 	ActiveDataPath uint32 // @4: DataPathSynthetic or DataPathVF
 }
 
 // Marshal appends the 40-byte message to dst.
-func (m NVSPSwitchDataPath) Marshal(dst []byte) []byte {
-	dst, b := nvspHeader(dst, NVSPMsg4TypeSwitchDataPath, NVSPMessageSize)
+func (m SwitchDataPath) Marshal(dst []byte) []byte {
+	dst, b := nvspHeader(dst, TypeSwitchDataPath, MessageSize)
 	le.PutUint32(b[4:], m.ActiveDataPath)
 	return dst
 }
 
 // Unmarshal decodes a SWITCH_DATA_PATH message.
-func (m *NVSPSwitchDataPath) Unmarshal(b []byte) error {
-	if err := checkNVSP(b, NVSPMsg4TypeSwitchDataPath, nvspSwitchDataPathLen); err != nil {
+func (m *SwitchDataPath) Unmarshal(b []byte) error {
+	if err := checkNVSP(b, TypeSwitchDataPath, nvspSwitchDataPathLen); err != nil {
 		return err
 	}
 	m.ActiveDataPath = le.Uint32(b[4:])
 	return nil
 }
 
-// NVSPSubchannelRequest is SUBCHANNEL (133) from the guest: allocate Count
+// SubchannelRequest is SUBCHANNEL (133) from the guest: allocate Count
 // sub-channels (queues - 1), with completion requested (netvsc.md §2.8).
-type NVSPSubchannelRequest struct {
-	Op    uint32 // @4: NVSPSubchannelAllocate
+type SubchannelRequest struct {
+	Op    uint32 // @4: SubchannelAllocate
 	Count uint32 // @8
 }
 
 // Marshal appends the 40-byte message to dst.
-func (m NVSPSubchannelRequest) Marshal(dst []byte) []byte {
-	dst, b := nvspHeader(dst, NVSPMsg5TypeSubchannel, NVSPMessageSize)
+func (m SubchannelRequest) Marshal(dst []byte) []byte {
+	dst, b := nvspHeader(dst, TypeSubchannel, MessageSize)
 	le.PutUint32(b[4:], m.Op)
 	le.PutUint32(b[8:], m.Count)
 	return dst
 }
 
 // Unmarshal decodes a SUBCHANNEL request.
-func (m *NVSPSubchannelRequest) Unmarshal(b []byte) error {
-	if err := checkNVSP(b, NVSPMsg5TypeSubchannel, nvspSubchannelLen); err != nil {
+func (m *SubchannelRequest) Unmarshal(b []byte) error {
+	if err := checkNVSP(b, TypeSubchannel, nvspSubchannelLen); err != nil {
 		return err
 	}
 	m.Op = le.Uint32(b[4:])
@@ -78,37 +80,37 @@ func (m *NVSPSubchannelRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
-// NVSPSubchannelComplete is the host's completion of SUBCHANNEL, which
+// SubchannelComplete is the host's completion of SUBCHANNEL, which
 // reuses type 133: Count is the number actually allocated. Linux fails if
 // it exceeds the request; DPDK uses it (netvsc.md §2.8).
-type NVSPSubchannelComplete struct {
-	Status NVSPStatus // @4
-	Count  uint32     // @8
+type SubchannelComplete struct {
+	Status Status // @4
+	Count  uint32 // @8
 }
 
 // Marshal appends the 40-byte message to dst.
-func (m NVSPSubchannelComplete) Marshal(dst []byte) []byte {
-	dst, b := nvspHeader(dst, NVSPMsg5TypeSubchannel, NVSPMessageSize)
+func (m SubchannelComplete) Marshal(dst []byte) []byte {
+	dst, b := nvspHeader(dst, TypeSubchannel, MessageSize)
 	le.PutUint32(b[4:], uint32(m.Status))
 	le.PutUint32(b[8:], m.Count)
 	return dst
 }
 
 // Unmarshal decodes a SUBCHANNEL completion.
-func (m *NVSPSubchannelComplete) Unmarshal(b []byte) error {
-	if err := checkNVSP(b, NVSPMsg5TypeSubchannel, nvspSubchannelLen); err != nil {
+func (m *SubchannelComplete) Unmarshal(b []byte) error {
+	if err := checkNVSP(b, TypeSubchannel, nvspSubchannelLen); err != nil {
 		return err
 	}
-	m.Status = NVSPStatus(le.Uint32(b[4:]))
+	m.Status = Status(le.Uint32(b[4:]))
 	m.Count = le.Uint32(b[8:])
 	return nil
 }
 
-// NVSPIndirectionTable is SEND_INDIRECTION_TABLE (134), host to guest once
+// IndirectionTable is SEND_INDIRECTION_TABLE (134), host to guest once
 // all sub-channels are open: TX queue for a flow = Table[hash & 15]
 // (netvsc.md §2.8). Entries are sub-channel indices as the host sent them;
 // the guest checks them against its channel count before use.
-type NVSPIndirectionTable struct {
+type IndirectionTable struct {
 	// Offset is where the table starts, from the start of the message (@8).
 	// Marshal writes the table there; 0 means 12, right after the header,
 	// as openvmm does. Unmarshal sets it to the offset it read from.
@@ -119,12 +121,12 @@ type NVSPIndirectionTable struct {
 // Marshal appends the message to dst: 12 + 16×4 bytes with the default
 // offset, more (zero filled up to the table) with a larger one. An Offset
 // below 12 is written as 12.
-func (m NVSPIndirectionTable) Marshal(dst []byte) []byte {
+func (m IndirectionTable) Marshal(dst []byte) []byte {
 	off := int(m.Offset)
-	if off < nvspTableHeaderLen || uint64(m.Offset) > NVSPMaxResponseSize {
+	if off < nvspTableHeaderLen || uint64(m.Offset) > MaxResponseSize {
 		off = nvspTableHeaderLen
 	}
-	dst, b := nvspHeader(dst, NVSPMsg5TypeSendIndirectionTable, off+4*VRSSSendTabSize)
+	dst, b := nvspHeader(dst, TypeSendIndirectionTable, off+4*VRSSSendTabSize)
 	le.PutUint32(b[4:], VRSSSendTabSize)
 	le.PutUint32(b[8:], uint32(off))
 	for i, v := range m.Table {
@@ -134,9 +136,9 @@ func (m NVSPIndirectionTable) Marshal(dst []byte) []byte {
 }
 
 // Unmarshal decodes a SEND_INDIRECTION_TABLE message using the offset it
-// carries: the count must be 16 (KindTableCount) and the table must lie
-// inside b (KindTableOffset).
-func (m *NVSPIndirectionTable) Unmarshal(b []byte) error {
+// carries: the count must be 16 (protoerr.KindTableCount) and the table must lie
+// inside b (protoerr.KindTableOffset).
+func (m *IndirectionTable) Unmarshal(b []byte) error {
 	return m.unmarshal(b, false)
 }
 
@@ -144,20 +146,20 @@ func (m *NVSPIndirectionTable) Unmarshal(b []byte) error {
 // (netvsc.md §2.8, L-n netvsc_send_table): at NVSP 6 and below the offset
 // may be wrong, so when b is long enough to hold the table at offset 40
 // (4 + sizeof(union nvsp_6_message_uber)) the table is read there instead.
-func (m *NVSPIndirectionTable) UnmarshalVersion(b []byte, version uint32) error {
-	return m.unmarshal(b, version <= NVSPProtocolVersion6)
+func (m *IndirectionTable) UnmarshalVersion(b []byte, version uint32) error {
+	return m.unmarshal(b, version <= Version6)
 }
 
 const buggyTableOffset = 40
 
-func (m *NVSPIndirectionTable) unmarshal(b []byte, hostBug bool) error {
+func (m *IndirectionTable) unmarshal(b []byte, hostBug bool) error {
 	const msg = "SEND_INDIRECTION_TABLE"
-	if err := checkNVSP(b, NVSPMsg5TypeSendIndirectionTable, nvspTableHeaderLen); err != nil {
+	if err := checkNVSP(b, TypeSendIndirectionTable, nvspTableHeaderLen); err != nil {
 		return err
 	}
 	count := le.Uint32(b[4:])
 	if count != VRSSSendTabSize {
-		return perr(msg, KindTableCount, "count", uint64(count))
+		return protoerr.New(msg, protoerr.KindTableCount, "count", uint64(count))
 	}
 	off := uint64(le.Uint32(b[8:]))
 	const tabLen = 4 * VRSSSendTabSize
@@ -165,7 +167,7 @@ func (m *NVSPIndirectionTable) unmarshal(b []byte, hostBug bool) error {
 		off = buggyTableOffset
 	}
 	if len(b) < tabLen || off > uint64(len(b)-tabLen) {
-		return perr(msg, KindTableOffset, "offset", off)
+		return protoerr.New(msg, protoerr.KindTableOffset, "offset", off)
 	}
 	m.Offset = uint32(off)
 	for i := range m.Table {

@@ -1,41 +1,44 @@
-package netvsc
+package rndis
 
 import (
 	"bytes"
 	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 func rndisControlCases() []struct {
 	name string
 	in   marshaler
 	out  unmarshaler
-	typ  RNDISType
+	typ  Type
 	size int
 } {
 	return []struct {
 		name string
 		in   marshaler
 		out  unmarshaler
-		typ  RNDISType
+		typ  Type
 		size int
 	}{
-		{"initialize", RNDISInitialize{1, RNDISMajorVersion, RNDISMinorVersion, RNDISGuestMaxTransferSize}, &RNDISInitialize{}, RNDISMsgInitialize, 24},
-		{"initialize cmplt", RNDISInitializeCmplt{1, RNDISStatusSuccess, 1, 0, RNDISDFConnectionless, RNDISMedium8023, 8, 0xEFFFFFFF, 3, 0, 0}, &RNDISInitializeCmplt{}, RNDISMsgInitializeCmplt, 52},
-		{"halt", RNDISHalt{9}, &RNDISHalt{}, RNDISMsgHalt, 12},
-		{"query", RNDISQuery{2, OIDGenReceiveScaleCapabilities, RSSCapabilitiesQueryHeader().Marshal(nil), 0}, &RNDISQuery{}, RNDISMsgQuery, 32},
-		{"query no info", RNDISQuery{3, OID8023PermanentAddress, nil, 0}, &RNDISQuery{}, RNDISMsgQuery, 28},
-		{"query cmplt", RNDISQueryCmplt{3, RNDISStatusSuccess, []byte{0, 0x15, 0x5d, 1, 2, 3}}, &RNDISQueryCmplt{}, RNDISMsgQueryCmplt, 30},
-		{"query cmplt fail", RNDISQueryCmplt{4, RNDISStatusNotSupported, nil}, &RNDISQueryCmplt{}, RNDISMsgQueryCmplt, 24},
-		{"set", RNDISSet{5, OIDGenCurrentPacketFilter, AppendInfoUint32(nil, NDISPacketFilterDefault), 0}, &RNDISSet{}, RNDISMsgSet, 32},
-		{"set cmplt", RNDISSetCmplt{5, RNDISStatusInvalidParameter}, &RNDISSetCmplt{}, RNDISMsgSetCmplt, 16},
-		{"reset", RNDISReset{}, &RNDISReset{}, RNDISMsgReset, 12},
-		{"reset cmplt", RNDISResetCmplt{RNDISStatusSuccess, 1}, &RNDISResetCmplt{}, RNDISMsgResetCmplt, 16},
-		{"keepalive", RNDISKeepalive{6}, &RNDISKeepalive{}, RNDISMsgKeepalive, 12},
-		{"keepalive cmplt", RNDISKeepaliveCmplt{6, RNDISStatusFailure}, &RNDISKeepaliveCmplt{}, RNDISMsgKeepaliveCmplt, 16},
-		{"indicate", RNDISIndicateStatus{RNDISStatusMediaConnect, nil}, &RNDISIndicateStatus{}, RNDISMsgIndicateStatus, 20},
-		{"indicate speed", RNDISIndicateStatus{RNDISStatusLinkSpeedChange, AppendInfoUint32(nil, 100000000)}, &RNDISIndicateStatus{}, RNDISMsgIndicateStatus, 24},
+		{"initialize", Initialize{1, MajorVersion, MinorVersion, GuestMaxTransferSize}, &Initialize{}, TypeInitialize, 24},
+		{"initialize cmplt", InitializeComplete{1, StatusSuccess, 1, 0, DFConnectionless, Medium8023, 8, 0xEFFFFFFF, 3, 0, 0}, &InitializeComplete{}, TypeInitializeComplete, 52},
+		{"halt", Halt{9}, &Halt{}, TypeHalt, 12},
+		{"query", Query{2, OIDGenReceiveScaleCapabilities, RSSCapabilitiesQueryHeader().Marshal(nil), 0}, &Query{}, TypeQuery, 32},
+		{"query no info", Query{3, OID8023PermanentAddress, nil, 0}, &Query{}, TypeQuery, 28},
+		{"query cmplt", QueryComplete{3, StatusSuccess, []byte{0, 0x15, 0x5d, 1, 2, 3}}, &QueryComplete{}, TypeQueryComplete, 30},
+		{"query cmplt fail", QueryComplete{4, StatusNotSupported, nil}, &QueryComplete{}, TypeQueryComplete, 24},
+		{"set", Set{5, OIDGenCurrentPacketFilter, AppendInfoUint32(nil, NDISPacketFilterDefault), 0}, &Set{}, TypeSet, 32},
+		{"set cmplt", SetComplete{5, StatusInvalidParameter}, &SetComplete{}, TypeSetComplete, 16},
+		{"reset", Reset{}, &Reset{}, TypeReset, 12},
+		{"reset cmplt", ResetComplete{StatusSuccess, 1}, &ResetComplete{}, TypeResetComplete, 16},
+		{"keepalive", Keepalive{6}, &Keepalive{}, TypeKeepalive, 12},
+		{"keepalive cmplt", KeepaliveComplete{6, StatusFailure}, &KeepaliveComplete{}, TypeKeepaliveComplete, 16},
+		{"indicate", IndicateStatus{StatusMediaConnect, nil}, &IndicateStatus{}, TypeIndicateStatus, 20},
+		{"indicate speed", IndicateStatus{StatusLinkSpeedChange, AppendInfoUint32(nil, 100000000)}, &IndicateStatus{}, TypeIndicateStatus, 24},
 	}
 }
 
@@ -56,12 +59,12 @@ func TestRNDISControlRoundTripEveryMessage(t *testing.T) {
 	for _, c := range rndisControlCases() {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.in.Marshal([]byte{0xee})[1:]
-			typ, n, err := ParseRNDISHeader(b)
+			typ, n, err := ParseHeader(b)
 			if err != nil || typ != c.typ || n != c.size || len(b) != c.size {
 				t.Fatalf("header = %v, %d, %v (len %d); want %v, %d", typ, n, err, len(b), c.typ, c.size)
 			}
-			if typ2, err := RNDISMessageType(b); err != nil || typ2 != c.typ {
-				t.Fatalf("RNDISMessageType = %v, %v", typ2, err)
+			if typ2, err := MessageType(b); err != nil || typ2 != c.typ {
+				t.Fatalf("MessageType = %v, %v", typ2, err)
 			}
 			// Trailing bytes past MessageLength (a sub-allocation) are ignored.
 			padded := append(bytes.Clone(b), 0xaa, 0xbb, 0xcc)
@@ -80,26 +83,26 @@ func TestRNDISControlDecodersRejectMalformedHeaders(t *testing.T) {
 	for _, c := range rndisControlCases() {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.in.Marshal(nil)
-			wantKind(t, c.out.Unmarshal(b[:7]), KindShort)
-			fixed := map[RNDISType]int{
-				RNDISMsgInitialize: 24, RNDISMsgInitializeCmplt: 52, RNDISMsgHalt: 12,
-				RNDISMsgQuery: 28, RNDISMsgSet: 28, RNDISMsgQueryCmplt: 24, RNDISMsgSetCmplt: 16,
-				RNDISMsgReset: 12, RNDISMsgResetCmplt: 16, RNDISMsgKeepalive: 12,
-				RNDISMsgKeepaliveCmplt: 16, RNDISMsgIndicateStatus: 20,
+			wantKind(t, c.out.Unmarshal(b[:7]), protoerr.KindShort)
+			fixed := map[Type]int{
+				TypeInitialize: 24, TypeInitializeComplete: 52, TypeHalt: 12,
+				TypeQuery: 28, TypeSet: 28, TypeQueryComplete: 24, TypeSetComplete: 16,
+				TypeReset: 12, TypeResetComplete: 16, TypeKeepalive: 12,
+				TypeKeepaliveComplete: 16, TypeIndicateStatus: 20,
 			}[c.typ]
-			wantKind(t, c.out.Unmarshal(b[:fixed-1]), KindShort)
+			wantKind(t, c.out.Unmarshal(b[:fixed-1]), protoerr.KindShort)
 
 			bad := bytes.Clone(b)
 			le.PutUint32(bad, uint32(c.typ)^0x40)
-			wantKind(t, c.out.Unmarshal(bad), KindType)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindType)
 
 			bad = bytes.Clone(b)
 			le.PutUint32(bad[4:], uint32(fixed-1))
-			wantKind(t, c.out.Unmarshal(bad), KindLength)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
 			le.PutUint32(bad[4:], uint32(len(b)+1))
-			wantKind(t, c.out.Unmarshal(bad), KindLength)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
 			le.PutUint32(bad[4:], 0xffffffff)
-			wantKind(t, c.out.Unmarshal(bad), KindLength)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
 		})
 	}
 }
@@ -113,10 +116,10 @@ func TestRNDISInfoBufferChecks(t *testing.T) {
 		minOff       uint32
 		out          unmarshaler
 	}{
-		{"query", RNDISQuery{1, OIDGenLinkSpeed, info, 0}.Marshal(nil), 16, 20, 20, &RNDISQuery{}},
-		{"set", RNDISSet{1, OIDGenLinkSpeed, info, 0}.Marshal(nil), 16, 20, 20, &RNDISSet{}},
-		{"query cmplt", RNDISQueryCmplt{1, 0, info}.Marshal(nil), 16, 20, 16, &RNDISQueryCmplt{}},
-		{"indicate", RNDISIndicateStatus{RNDISStatusLinkSpeedChange, info}.Marshal(nil), 12, 16, 12, &RNDISIndicateStatus{}},
+		{"query", Query{1, OIDGenLinkSpeed, info, 0}.Marshal(nil), 16, 20, 20, &Query{}},
+		{"set", Set{1, OIDGenLinkSpeed, info, 0}.Marshal(nil), 16, 20, 20, &Set{}},
+		{"query cmplt", QueryComplete{1, 0, info}.Marshal(nil), 16, 20, 16, &QueryComplete{}},
+		{"indicate", IndicateStatus{StatusLinkSpeedChange, info}.Marshal(nil), 12, 16, 12, &IndicateStatus{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -126,12 +129,12 @@ func TestRNDISInfoBufferChecks(t *testing.T) {
 				le.PutUint32(b[c.offAt:], offV)
 				return b
 			}
-			wantKind(t, c.out.Unmarshal(mut(8, c.minOff-4)), KindOffset)
-			wantKind(t, c.out.Unmarshal(mut(8, 0)), KindOffset)
-			wantKind(t, c.out.Unmarshal(mut(9, c.minOff)), KindRange)
-			wantKind(t, c.out.Unmarshal(mut(8, c.minOff+4)), KindRange)
-			wantKind(t, c.out.Unmarshal(mut(0xffffffff, c.minOff)), KindRange)
-			wantKind(t, c.out.Unmarshal(mut(8, 0xfffffffc)), KindRange)
+			wantKind(t, c.out.Unmarshal(mut(8, c.minOff-4)), protoerr.KindOffset)
+			wantKind(t, c.out.Unmarshal(mut(8, 0)), protoerr.KindOffset)
+			wantKind(t, c.out.Unmarshal(mut(9, c.minOff)), protoerr.KindRange)
+			wantKind(t, c.out.Unmarshal(mut(8, c.minOff+4)), protoerr.KindRange)
+			wantKind(t, c.out.Unmarshal(mut(0xffffffff, c.minOff)), protoerr.KindRange)
+			wantKind(t, c.out.Unmarshal(mut(8, 0xfffffffc)), protoerr.KindRange)
 			// A zero-length buffer ignores its offset.
 			if err := c.out.Unmarshal(mut(0, 0xdeadbeef)); err != nil {
 				t.Fatalf("empty buffer with junk offset: %v", err)
@@ -150,26 +153,26 @@ func TestRNDISControlGoldenLayouts(t *testing.T) {
 		got  []byte
 		want string
 	}{
-		{"INITIALIZE", RNDISInitialize{1, 1, 0, 0x4000}.Marshal(nil),
+		{"INITIALIZE", Initialize{1, 1, 0, 0x4000}.Marshal(nil),
 			"02000000 18000000 01000000 01000000 00000000 00400000"},
-		{"INITIALIZE_CMPLT openvmm", RNDISInitializeCmplt{1, 0, 1, 0, 1, 0, 8, 0xEFFFFFFF, 3, 0, 0}.Marshal(nil),
+		{"INITIALIZE_CMPLT openvmm", InitializeComplete{1, 0, 1, 0, 1, 0, 8, 0xEFFFFFFF, 3, 0, 0}.Marshal(nil),
 			"02000080 34000000 01000000 00000000 01000000 00000000 01000000 00000000 08000000 ffffffef 03000000 00000000 00000000"},
 		// info_buf_offset 20 is relative to byte 8: the info starts at 28.
-		{"QUERY with input", RNDISQuery{7, OIDGenReceiveScaleCapabilities, []byte{0x88, 0x02, 0x12, 0x00}, 0}.Marshal(nil),
+		{"QUERY with input", Query{7, OIDGenReceiveScaleCapabilities, []byte{0x88, 0x02, 0x12, 0x00}, 0}.Marshal(nil),
 			"04000000 20000000 07000000 03020100 04000000 14000000 00000000 88021200"},
-		{"SET packet filter", RNDISSet{8, OIDGenCurrentPacketFilter, AppendInfoUint32(nil, 0x0d), 0}.Marshal(nil),
+		{"SET packet filter", Set{8, OIDGenCurrentPacketFilter, AppendInfoUint32(nil, 0x0d), 0}.Marshal(nil),
 			"05000000 20000000 08000000 0e010100 04000000 14000000 00000000 0d000000"},
 		// openvmm's info_buf_offset 16: the data starts at 24.
-		{"QUERY_CMPLT", RNDISQueryCmplt{7, RNDISStatusSuccess, []byte{0x78, 0x56, 0x34, 0x12}}.Marshal(nil),
+		{"QUERY_CMPLT", QueryComplete{7, StatusSuccess, []byte{0x78, 0x56, 0x34, 0x12}}.Marshal(nil),
 			"04000080 1c000000 07000000 00000000 04000000 10000000 78563412"},
-		{"SET_CMPLT", RNDISSetCmplt{8, RNDISStatusInvalidParameter}.Marshal(nil),
+		{"SET_CMPLT", SetComplete{8, StatusInvalidParameter}.Marshal(nil),
 			"05000080 10000000 08000000 0d0000c0"},
 		// status_buf_offset 12: the payload starts at 20.
-		{"INDICATE_STATUS link speed", RNDISIndicateStatus{RNDISStatusLinkSpeedChange, AppendInfoUint32(nil, 100000)}.Marshal(nil),
+		{"INDICATE_STATUS link speed", IndicateStatus{StatusLinkSpeedChange, AppendInfoUint32(nil, 100000)}.Marshal(nil),
 			"07000000 18000000 13000140 04000000 0c000000 a0860100"},
-		{"HALT", RNDISHalt{3}.Marshal(nil), "03000000 0c000000 03000000"},
-		{"RESET_CMPLT", RNDISResetCmplt{RNDISStatusSuccess, 1}.Marshal(nil), "06000080 10000000 00000000 01000000"},
-		{"KEEPALIVE_CMPLT", RNDISKeepaliveCmplt{4, RNDISStatusSuccess}.Marshal(nil), "08000080 10000000 04000000 00000000"},
+		{"HALT", Halt{3}.Marshal(nil), "03000000 0c000000 03000000"},
+		{"RESET_CMPLT", ResetComplete{StatusSuccess, 1}.Marshal(nil), "06000080 10000000 00000000 01000000"},
+		{"KEEPALIVE_CMPLT", KeepaliveComplete{4, StatusSuccess}.Marshal(nil), "08000080 10000000 04000000 00000000"},
 	}
 	for _, c := range cases {
 		if want := hexBytes(t, c.want); !bytes.Equal(c.got, want) {
@@ -182,7 +185,7 @@ func TestRNDISDecodeReadsInfoAtItsOffset(t *testing.T) {
 	// A host may put the data elsewhere than right after the header; the
 	// offset (relative to byte 8) decides.
 	b := hexBytes(t, "04000080 24000000 07000000 00000000 04000000 18000000 ffffffff ffffffff 0a0b0c0d")
-	var m RNDISQueryCmplt
+	var m QueryComplete
 	if err := m.Unmarshal(b); err != nil {
 		t.Fatal(err)
 	}
@@ -196,33 +199,33 @@ func TestRNDISCompletionRequestID(t *testing.T) {
 		b  []byte
 		id uint32
 	}{
-		{RNDISInitializeCmplt{RequestID: 11}.Marshal(nil), 11},
-		{RNDISQueryCmplt{RequestID: 12}.Marshal(nil), 12},
-		{RNDISSetCmplt{RequestID: 13}.Marshal(nil), 13},
-		{RNDISKeepaliveCmplt{RequestID: 14}.Marshal(nil), 14},
+		{InitializeComplete{RequestID: 11}.Marshal(nil), 11},
+		{QueryComplete{RequestID: 12}.Marshal(nil), 12},
+		{SetComplete{RequestID: 13}.Marshal(nil), 13},
+		{KeepaliveComplete{RequestID: 14}.Marshal(nil), 14},
 	} {
-		_, id, err := RNDISCompletionRequestID(c.b)
+		_, id, err := CompletionRequestID(c.b)
 		if err != nil || id != c.id {
 			t.Fatalf("id = %d, %v; want %d", id, err, c.id)
 		}
 	}
-	_, _, err := RNDISCompletionRequestID(RNDISResetCmplt{}.Marshal(nil))
-	wantKind(t, err, KindType)
-	_, _, err = RNDISCompletionRequestID(RNDISIndicateStatus{}.Marshal(nil))
-	wantKind(t, err, KindType)
-	_, _, err = RNDISCompletionRequestID(hexBytes(t, "05000080 08000000"))
-	wantKind(t, err, KindLength)
-	_, _, err = RNDISCompletionRequestID([]byte{1, 2})
-	wantKind(t, err, KindShort)
-	_, _, err = ParseRNDISHeader(hexBytes(t, "01000000 04000000"))
-	wantKind(t, err, KindLength)
-	_, err = RNDISMessageType([]byte{1})
-	wantKind(t, err, KindShort)
+	_, _, err := CompletionRequestID(ResetComplete{}.Marshal(nil))
+	wantKind(t, err, protoerr.KindType)
+	_, _, err = CompletionRequestID(IndicateStatus{}.Marshal(nil))
+	wantKind(t, err, protoerr.KindType)
+	_, _, err = CompletionRequestID(hexBytes(t, "05000080 08000000"))
+	wantKind(t, err, protoerr.KindLength)
+	_, _, err = CompletionRequestID([]byte{1, 2})
+	wantKind(t, err, protoerr.KindShort)
+	_, _, err = ParseHeader(hexBytes(t, "01000000 04000000"))
+	wantKind(t, err, protoerr.KindLength)
+	_, err = MessageType([]byte{1})
+	wantKind(t, err, protoerr.KindShort)
 }
 
 func TestInitializeCmpltPacketAlignment(t *testing.T) {
 	for f, want := range map[uint32]int{0: 4, 2: 4, 3: 8, 12: 4096, 31: 4096, 0xffffffff: 4096} {
-		m := RNDISInitializeCmplt{PacketAlignmentFactor: f}
+		m := InitializeComplete{PacketAlignmentFactor: f}
 		if got := m.PacketAlignment(); got != want {
 			t.Errorf("factor %d: %d, want %d", f, got, want)
 		}
@@ -242,7 +245,7 @@ func TestRNDISPacketGoldenLayout(t *testing.T) {
 	info.SetChecksum(uint32(NewTxChecksum(TxChecksumIPv4|TxChecksumTCP, 34)))
 	info.SetVLAN(NewVLANInfo(5, false, 100))
 	dst := make([]byte, 128)
-	n, err := PutRNDISPacket(dst, &info, []byte{0xaa, 0xbb, 0xcc, 0xdd})
+	n, err := PutPacket(dst, &info, []byte{0xaa, 0xbb, 0xcc, 0xdd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +261,8 @@ func TestRNDISPacketGoldenLayout(t *testing.T) {
 	if !bytes.Equal(dst[:n], want) {
 		t.Fatalf("PACKET_MSG:\n got % x\nwant % x", dst[:n], want)
 	}
-	if n != RNDISPacketLen(&info, 4) {
-		t.Fatalf("RNDISPacketLen = %d, want %d", RNDISPacketLen(&info, 4), n)
+	if n != PacketLen(&info, 4) {
+		t.Fatalf("PacketLen = %d, want %d", PacketLen(&info, 4), n)
 	}
 }
 
@@ -277,12 +280,12 @@ func TestRNDISPacketRoundTrip(t *testing.T) {
 		for _, size := range []int{1, 60, 1514, 9000} {
 			t.Run(fmt.Sprintf("info%d/%dB", i, size), func(t *testing.T) {
 				frame := testFrame(size)
-				dst := make([]byte, MaxRNDISPacketHeaderLen+size+16)
-				n, err := PutRNDISPacket(dst, info, frame)
+				dst := make([]byte, MaxPacketHeaderLen+size+16)
+				n, err := PutPacket(dst, info, frame)
 				if err != nil {
 					t.Fatal(err)
 				}
-				p, err := ParseRNDISPacket(dst) // all of dst is available
+				p, err := ParsePacket(dst) // all of dst is available
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -316,36 +319,36 @@ func TestRNDISPacketOpenvmmReceiveLayout(t *testing.T) {
 	var info PacketInfo
 	info.SetChecksum(uint32(RxChecksumIPOK | RxChecksumUDPOK))
 	frame := testFrame(1514)
-	n, err := PutRNDISPacketAt(sub, &info, frame, 256, subAlloc)
+	n, err := PutPacketAt(sub, &info, frame, 256, subAlloc)
 	if err != nil || n != subAlloc {
-		t.Fatalf("PutRNDISPacketAt = %d, %v", n, err)
+		t.Fatalf("PutPacketAt = %d, %v", n, err)
 	}
-	p, err := ParseRNDISPacket(sub)
+	p, err := ParsePacket(sub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.DataOffset != 248 || p.PerPacketInfoOffset != 36 || p.MessageLength != subAlloc || !bytes.Equal(p.Frame, frame) {
-		t.Fatalf("layout %+v", p.RNDISPacketHeader)
+		t.Fatalf("layout %+v", p.PacketHeader)
 	}
-	if !bytes.Equal(sub[RNDISPacketHeaderSize+16:256], make([]byte, 256-60)) {
+	if !bytes.Equal(sub[PacketHeaderSize+16:256], make([]byte, 256-60)) {
 		t.Fatal("gap between PPIs and frame not zeroed")
 	}
 	if sub[256+1514] != 0x5a {
 		t.Fatal("bytes after the frame were written")
 	}
 	for _, bad := range [][2]int{{59, subAlloc}, {256, 1000}, {256, subAlloc + 1}} {
-		if _, err := PutRNDISPacketAt(sub, &info, frame, bad[0], bad[1]); err != ErrBufferTooSmall {
-			t.Fatalf("PutRNDISPacketAt(%v) = %v", bad, err)
+		if _, err := PutPacketAt(sub, &info, frame, bad[0], bad[1]); err != ErrBufferTooSmall {
+			t.Fatalf("PutPacketAt(%v) = %v", bad, err)
 		}
 	}
 }
 
 func TestRNDISPacketUnalignedDataOffsetIsAccepted(t *testing.T) {
 	// "Hyper-V does not meet data offset alignment requirement" (DPDK).
-	b := RNDISPacketHeader{MessageLength: 44 + 1 + 20, DataOffset: 37, DataLength: 20}.Marshal(nil)
+	b := PacketHeader{MessageLength: 44 + 1 + 20, DataOffset: 37, DataLength: 20}.Marshal(nil)
 	b = append(b, 0)
 	b = append(b, testFrame(20)...)
-	p, err := ParseRNDISPacket(b)
+	p, err := ParsePacket(b)
 	if err != nil || !bytes.Equal(p.Frame, testFrame(20)) {
 		t.Fatalf("unaligned data offset: %v", err)
 	}
@@ -355,7 +358,7 @@ func TestRNDISPacketDecoderRejectsEachViolation(t *testing.T) {
 	var info PacketInfo
 	info.SetVLAN(NewVLANInfo(0, false, 7))
 	good := make([]byte, 200)
-	n, _ := PutRNDISPacket(good, &info, testFrame(60))
+	n, _ := PutPacket(good, &info, testFrame(60))
 	good = good[:n] // 44 + 16 + 60 = 120
 	field := map[string]int{"len": 4, "doff": 8, "dlen": 12, "ooff": 16, "olen": 20, "onum": 24, "poff": 28, "plen": 32, "vc": 36}
 	cases := []struct {
@@ -363,26 +366,26 @@ func TestRNDISPacketDecoderRejectsEachViolation(t *testing.T) {
 		field string
 		val   uint32
 		trunc int
-		kind  Kind
+		kind  protoerr.Kind
 	}{
-		{"no header", "", 0, 7, KindShort},
-		{"short header", "", 0, 43, KindShort},
-		{"message length below header", "len", 43, 0, KindLength},
-		{"message length past bytes", "len", 121, 0, KindLength},
-		{"message length huge", "len", 0xffffffff, 0, KindLength},
-		{"data offset inside header", "doff", 35, 0, KindOffset},
-		{"data offset zero", "doff", 0, 0, KindOffset},
-		{"no data", "dlen", 0, 0, KindDataLength},
-		{"data past message", "dlen", 61, 0, KindRange},
-		{"data length wraps", "dlen", 0xffffffff, 0, KindRange},
-		{"data offset wraps", "doff", 0xfffffff0, 0, KindRange},
-		{"ppi offset inside header", "poff", 32, 0, KindOffset},
-		{"ppi offset zero", "poff", 0, 0, KindOffset},
-		{"ppi offset unaligned", "poff", 38, 0, KindOffset},
-		{"ppi past message", "plen", 200, 0, KindRange},
-		{"ppi offset wraps", "poff", 0xfffffffc, 0, KindRange},
-		{"oob past message", "olen", 0x100, 0, KindRange},
-		{"oob length wraps", "olen", 0xffffffff, 0, KindRange},
+		{"no header", "", 0, 7, protoerr.KindShort},
+		{"short header", "", 0, 43, protoerr.KindShort},
+		{"message length below header", "len", 43, 0, protoerr.KindLength},
+		{"message length past bytes", "len", 121, 0, protoerr.KindLength},
+		{"message length huge", "len", 0xffffffff, 0, protoerr.KindLength},
+		{"data offset inside header", "doff", 35, 0, protoerr.KindOffset},
+		{"data offset zero", "doff", 0, 0, protoerr.KindOffset},
+		{"no data", "dlen", 0, 0, protoerr.KindDataLength},
+		{"data past message", "dlen", 61, 0, protoerr.KindRange},
+		{"data length wraps", "dlen", 0xffffffff, 0, protoerr.KindRange},
+		{"data offset wraps", "doff", 0xfffffff0, 0, protoerr.KindRange},
+		{"ppi offset inside header", "poff", 32, 0, protoerr.KindOffset},
+		{"ppi offset zero", "poff", 0, 0, protoerr.KindOffset},
+		{"ppi offset unaligned", "poff", 38, 0, protoerr.KindOffset},
+		{"ppi past message", "plen", 200, 0, protoerr.KindRange},
+		{"ppi offset wraps", "poff", 0xfffffffc, 0, protoerr.KindRange},
+		{"oob past message", "olen", 0x100, 0, protoerr.KindRange},
+		{"oob length wraps", "olen", 0xffffffff, 0, protoerr.KindRange},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -393,20 +396,20 @@ func TestRNDISPacketDecoderRejectsEachViolation(t *testing.T) {
 			if c.trunc > 0 {
 				b = b[:c.trunc]
 			}
-			_, err := ParseRNDISPacket(b)
+			_, err := ParsePacket(b)
 			wantKind(t, err, c.kind)
 		})
 	}
 	bad := bytes.Clone(good)
-	le.PutUint32(bad, uint32(RNDISMsgQuery))
-	_, err := ParseRNDISPacket(bad)
-	wantKind(t, err, KindType)
+	le.PutUint32(bad, uint32(TypeQuery))
+	_, err := ParsePacket(bad)
+	wantKind(t, err, protoerr.KindType)
 }
 
 func TestRNDISPacketUnsupportedFields(t *testing.T) {
 	for _, off := range []int{16, 20, 24, 36} {
 		b := make([]byte, 128)
-		n, _ := PutRNDISPacket(b, nil, testFrame(60))
+		n, _ := PutPacket(b, nil, testFrame(60))
 		b = b[:n]
 		v := uint32(1)
 		if off == 16 {
@@ -417,11 +420,11 @@ func TestRNDISPacketUnsupportedFields(t *testing.T) {
 			v = 4
 		}
 		le.PutUint32(b[off:], v)
-		p, err := ParseRNDISPacket(b)
+		p, err := ParsePacket(b)
 		if err != nil {
 			t.Fatalf("@%d: structurally valid packet rejected: %v", off, err)
 		}
-		wantKind(t, p.Unsupported(), KindUnsupported)
+		wantKind(t, p.Unsupported(), protoerr.KindUnsupported)
 	}
 }
 
@@ -436,13 +439,13 @@ func TestRNDISPacketAggregationInOneSection(t *testing.T) {
 	used, last := 0, -1
 	for _, f := range frames {
 		if last >= 0 {
-			m, err := PadRNDISMessage(section[last:], 8)
+			m, err := PadMessage(section[last:], 8)
 			if err != nil {
 				t.Fatal(err)
 			}
 			used = last + m
 		}
-		n, err := PutRNDISPacket(section[used:], &info, f)
+		n, err := PutPacket(section[used:], &info, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,26 +456,26 @@ func TestRNDISPacketAggregationInOneSection(t *testing.T) {
 	}
 	msgs := section[:used]
 	for i := 0; len(msgs) > 0; i++ {
-		typ, n, err := ParseRNDISHeader(msgs)
-		if err != nil || typ != RNDISMsgPacket {
+		typ, n, err := ParseHeader(msgs)
+		if err != nil || typ != TypePacket {
 			t.Fatalf("message %d: %v %v", i, typ, err)
 		}
 		if i < len(frames)-1 && n%8 != 0 {
 			t.Fatalf("message %d length %d not padded", i, n)
 		}
-		p, err := ParseRNDISPacket(msgs[:n])
+		p, err := ParsePacket(msgs[:n])
 		if err != nil || !bytes.Equal(p.Frame, frames[i]) {
 			t.Fatalf("message %d: %v", i, err)
 		}
-		if pad := msgs[RNDISPacketLen(&info, len(frames[i])):n]; !bytes.Equal(pad, make([]byte, len(pad))) {
+		if pad := msgs[PacketLen(&info, len(frames[i])):n]; !bytes.Equal(pad, make([]byte, len(pad))) {
 			t.Fatalf("message %d padding not zeroed: % x", i, pad)
 		}
 		msgs = msgs[n:]
 	}
-	if _, err := PadRNDISMessage(section[last:last+RNDISPacketLen(&info, 99)], 8); err != ErrBufferTooSmall {
+	if _, err := PadMessage(section[last:last+PacketLen(&info, 99)], 8); err != ErrBufferTooSmall {
 		t.Fatalf("padding past the buffer: %v", err)
 	}
-	if _, err := PadRNDISMessage([]byte{1, 0, 0, 0, 3, 0, 0, 0, 0}, 4); err != ErrBufferTooSmall {
+	if _, err := PadMessage([]byte{1, 0, 0, 0, 3, 0, 0, 0, 0}, 4); err != ErrBufferTooSmall {
 		t.Fatalf("bad message length: %v", err)
 	}
 }
@@ -480,14 +483,14 @@ func TestRNDISPacketAggregationInOneSection(t *testing.T) {
 func TestRNDISPacketHeaderForGPADirect(t *testing.T) {
 	var info PacketInfo
 	info.SetLSO(NewLSOv2(1460, 34, false))
-	hdr := make([]byte, MaxRNDISPacketHeaderLen)
+	hdr := make([]byte, MaxPacketHeaderLen)
 	frame := testFrame(62000)
-	n, err := PutRNDISPacketHeader(hdr, &info, len(frame))
+	n, err := PutPacketHeader(hdr, &info, len(frame))
 	if err != nil || n != 60 {
-		t.Fatalf("PutRNDISPacketHeader = %d, %v", n, err)
+		t.Fatalf("PutPacketHeader = %d, %v", n, err)
 	}
 	msg := append(bytes.Clone(hdr[:n]), frame...)
-	p, err := ParseRNDISPacket(msg)
+	p, err := ParsePacket(msg)
 	if err != nil || !bytes.Equal(p.Frame, frame) {
 		t.Fatalf("GPA-direct message: %v", err)
 	}
@@ -495,13 +498,13 @@ func TestRNDISPacketHeaderForGPADirect(t *testing.T) {
 	if got.LSO.MSS() != 1460 || got.LSO.TCPHeaderOffset() != 34 || !got.LSO.IsV2() || got.LSO.IPv6() {
 		t.Fatalf("LSO %+v", got.LSO)
 	}
-	if _, err := PutRNDISPacketHeader(hdr[:59], &info, 10); err != ErrBufferTooSmall {
+	if _, err := PutPacketHeader(hdr[:59], &info, 10); err != ErrBufferTooSmall {
 		t.Fatal("short header buffer accepted")
 	}
-	if _, err := PutRNDISPacketHeader(hdr, &info, -1); err != ErrBufferTooSmall {
+	if _, err := PutPacketHeader(hdr, &info, -1); err != ErrBufferTooSmall {
 		t.Fatal("negative frame length accepted")
 	}
-	if _, err := PutRNDISPacket(hdr[:70], &info, testFrame(11)); err != ErrBufferTooSmall {
+	if _, err := PutPacket(hdr[:70], &info, testFrame(11)); err != ErrBufferTooSmall {
 		t.Fatal("short frame buffer accepted")
 	}
 }
@@ -515,11 +518,11 @@ func TestRNDISPacketDataPathDoesNotAllocate(t *testing.T) {
 	dst := make([]byte, 2048)
 	var sink uint32
 	allocs := testing.AllocsPerRun(200, func() {
-		n, err := PutRNDISPacket(dst, &info, frame)
+		n, err := PutPacket(dst, &info, frame)
 		if err != nil {
 			panic(err)
 		}
-		p, err := ParseRNDISPacket(dst[:n])
+		p, err := ParsePacket(dst[:n])
 		if err != nil {
 			panic(err)
 		}
@@ -541,11 +544,11 @@ func TestRNDISPacketDataPathDoesNotAllocate(t *testing.T) {
 }
 
 func TestRNDISStringers(t *testing.T) {
-	if RNDISMsgQueryCmplt.String() != "QUERY_CMPLT" || RNDISType(0x55).String() != "rndis type(0x55)" {
-		t.Fatal("RNDISType.String")
+	if TypeQueryComplete.String() != "QUERY_CMPLT" || Type(0x55).String() != "rndis type(0x55)" {
+		t.Fatal("Type.String")
 	}
-	if RNDISStatusInvalidParameter.String() != "invalid parameter" || RNDISStatus(0x1234).String() != "rndis status(0x1234)" {
-		t.Fatal("RNDISStatus.String")
+	if StatusInvalidParameter.String() != "invalid parameter" || Status(0x1234).String() != "rndis status(0x1234)" {
+		t.Fatal("Status.String")
 	}
 	if OIDGenLinkSpeed.String() != "OID_GEN_LINK_SPEED" || OID(1).String() != "oid(0x00000001)" {
 		t.Fatalf("OID.String %q %q", OIDGenLinkSpeed, OID(1))
@@ -562,16 +565,16 @@ func BenchmarkRNDISPacketEncode(b *testing.B) {
 			info.SetHashValue(3)
 			frame := testFrame(size)
 			section := make([]byte, 6144)
-			nvsp := make([]byte, 0, NVSPMessageSize)
+			msg := make([]byte, 0, nvsp.MessageSize)
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				n, err := PutRNDISPacket(section, &info, frame)
+				n, err := PutPacket(section, &info, frame)
 				if err != nil {
 					b.Fatal(err)
 				}
-				nvsp = NVSPRNDISPacket{RMCData, uint32(i & 1023), uint32(n)}.Marshal(nvsp[:0])
+				msg = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: uint32(i & 1023), SectionSize: uint32(n)}.Marshal(msg[:0])
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 		})
@@ -587,20 +590,20 @@ func BenchmarkRNDISPacketDecode(b *testing.B) {
 			info.SetHashValue(0x51ccc178)
 			info.SetHashInfo(NDISHashFunctionToeplitz | NDISHashTCPIPv4)
 			sub := make([]byte, 256+size+36)
-			if _, err := PutRNDISPacketAt(sub, &info, testFrame(size), 256, len(sub)); err != nil {
+			if _, err := PutPacketAt(sub, &info, testFrame(size), 256, len(sub)); err != nil {
 				b.Fatal(err)
 			}
-			nvsp := NVSPRNDISPacket{RMCData, NVSChimIdxInvalid, 0}.Marshal(nil)
-			var m NVSPRNDISPacket
+			msg := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(nil)
+			var m nvsp.RNDISPacket
 			var sink int
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := m.Unmarshal(nvsp); err != nil {
+				if err := m.Unmarshal(msg); err != nil {
 					b.Fatal(err)
 				}
-				p, err := ParseRNDISPacket(sub)
+				p, err := ParsePacket(sub)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,10 +1,13 @@
-package netvsc
+package rndis
 
 import (
 	"bytes"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 func TestOffloadParametersGoldenLayouts(t *testing.T) {
@@ -15,7 +18,7 @@ func TestOffloadParametersGoldenLayouts(t *testing.T) {
 		LSOv2IPv4: NDISOffloadParametersEnabled, LSOv2IPv6: NDISOffloadParametersEnabled,
 		RSCIPv4: NDISOffloadParametersDisabled, RSCIPv6: NDISOffloadParametersDisabled,
 	}
-	p.Header = OffloadParametersHeader(NVSPProtocolVersion5)
+	p.Header = OffloadParametersHeader(nvsp.Version5)
 	got := p.Marshal(nil)
 	// header; ip4, tcp4, udp4, tcp6 csum; udp6, lsov1, ipsecv1, lsov2_ip4;
 	// lsov2_ip6, tcp_conn x2, pad; flags @16; ipsecv2 x2, rsc_ip4 @22, rsc_ip6; encap
@@ -23,7 +26,7 @@ func TestOffloadParametersGoldenLayouts(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("rev 3:\n got % x\nwant % x", got, want)
 	}
-	p.Header = OffloadParametersHeader(NVSPProtocolVersion4)
+	p.Header = OffloadParametersHeader(nvsp.Version4)
 	got = p.Marshal(nil)
 	want = hexBytes(t, "80021600 01040404 04000002 02000000 00000000 0000")
 	if !bytes.Equal(got, want) {
@@ -69,7 +72,7 @@ func TestOffloadCapabilitiesRoundTripAtEveryRevision(t *testing.T) {
 	for i := range o.IPsecV2 {
 		o.IPsecV2[i] = byte(i)
 	}
-	for _, v := range []uint32{NVSPProtocolVersion2, NVSPProtocolVersion4, NVSPProtocolVersion61} {
+	for _, v := range []uint32{nvsp.Version2, nvsp.Version4, nvsp.Version61} {
 		in := o
 		in.Header = OffloadQueryHeader(v)
 		b := in.Marshal(nil)
@@ -100,7 +103,7 @@ func TestOffloadCapabilitiesRoundTripAtEveryRevision(t *testing.T) {
 			t.Fatalf("rev %d round trip:\n got %+v\nwant %+v", in.Header.Revision, back, want)
 		}
 	}
-	if h := OffloadQueryHeader(NVSPProtocolVersion1); h.Size != 112 || h.Revision != 1 || h.Type != 0xa7 {
+	if h := OffloadQueryHeader(nvsp.Version1); h.Size != 112 || h.Revision != 1 || h.Type != 0xa7 {
 		t.Fatalf("query header %+v", h)
 	}
 }
@@ -198,13 +201,13 @@ func TestRSSParametersValidate(t *testing.T) {
 		name   string
 		mut    func(*RSSParameters)
 		queues int
-		kind   Kind
+		kind   protoerr.Kind
 	}{
-		{"short key", func(p *RSSParameters) { p.KeyLen = 16 }, 4, KindRSSKey},
-		{"no key", func(p *RSSParameters) { p.KeyLen = 0 }, 4, KindRSSKey},
-		{"empty table", func(p *RSSParameters) { p.TableLen = 0 }, 4, KindRSSTable},
-		{"entry past queues", func(p *RSSParameters) {}, 3, KindRSSEntry},
-		{"no queues", func(p *RSSParameters) {}, 0, KindRSSEntry},
+		{"short key", func(p *RSSParameters) { p.KeyLen = 16 }, 4, protoerr.KindRSSKey},
+		{"no key", func(p *RSSParameters) { p.KeyLen = 0 }, 4, protoerr.KindRSSKey},
+		{"empty table", func(p *RSSParameters) { p.TableLen = 0 }, 4, protoerr.KindRSSTable},
+		{"entry past queues", func(p *RSSParameters) {}, 3, protoerr.KindRSSEntry},
+		{"no queues", func(p *RSSParameters) {}, 0, protoerr.KindRSSEntry},
 	}
 	for _, c := range cases {
 		p := good
@@ -231,18 +234,18 @@ func TestNDISObjectDecodersRejectMalformedHeaders(t *testing.T) {
 			if err := c.out.Unmarshal(c.b); err != nil {
 				t.Fatal(err)
 			}
-			wantKind(t, c.out.Unmarshal(c.b[:3]), KindShort)
+			wantKind(t, c.out.Unmarshal(c.b[:3]), protoerr.KindShort)
 			bad := bytes.Clone(c.b)
 			bad[0] ^= 0x01
-			wantKind(t, c.out.Unmarshal(bad), KindNDISObject)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
 			bad = bytes.Clone(c.b)
 			bad[1] = 0
-			wantKind(t, c.out.Unmarshal(bad), KindNDISObject)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
 			bad = bytes.Clone(c.b)
 			le.PutUint16(bad[2:], uint16(c.min-1))
-			wantKind(t, c.out.Unmarshal(bad), KindNDISObject)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
 			le.PutUint16(bad[2:], 0xffff)
-			wantKind(t, c.out.Unmarshal(bad), KindShort)
+			wantKind(t, c.out.Unmarshal(bad), protoerr.KindShort)
 		})
 	}
 }
@@ -263,15 +266,15 @@ func TestRSSParametersDecoderChecksTableAndKey(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		b    []byte
-		kind Kind
+		kind protoerr.Kind
 	}{
-		{"table size unaligned", mut(12, 6, true), KindRSSTable},
-		{"table too big", mut(12, 4*129, true), KindRSSTable},
-		{"table past buffer", mut(16, 84, false), KindRSSTable},
-		{"table offset huge", mut(16, 0xfffffffc, false), KindRSSTable},
-		{"key too long", mut(20, 41, true), KindRSSKey},
-		{"key past buffer", mut(24, 49, false), KindRSSKey},
-		{"key offset huge", mut(24, 0xffffffff, false), KindRSSKey},
+		{"table size unaligned", mut(12, 6, true), protoerr.KindRSSTable},
+		{"table too big", mut(12, 4*129, true), protoerr.KindRSSTable},
+		{"table past buffer", mut(16, 84, false), protoerr.KindRSSTable},
+		{"table offset huge", mut(16, 0xfffffffc, false), protoerr.KindRSSTable},
+		{"key too long", mut(20, 41, true), protoerr.KindRSSKey},
+		{"key past buffer", mut(24, 49, false), protoerr.KindRSSKey},
+		{"key offset huge", mut(24, 0xffffffff, false), protoerr.KindRSSKey},
 	} {
 		t.Run(c.name, func(t *testing.T) { wantKind(t, p.Unmarshal(c.b), c.kind) })
 	}
@@ -301,7 +304,7 @@ func TestNDISObjectHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ParseNDISObjectHeader(b[:2])
-	wantKind(t, err, KindShort)
+	wantKind(t, err, protoerr.KindShort)
 }
 
 // The Microsoft "Verifying the RSS Hash Calculation" vectors.
@@ -429,13 +432,13 @@ func TestLinkSpeedAndInfoHelpers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ParseInfoUint32([]byte{1, 2, 3})
-	wantKind(t, err, KindShort)
+	wantKind(t, err, protoerr.KindShort)
 	mac, err := ParseInfoMAC([]byte{0x00, 0x0d, 0x3a, 0x31, 0xb5, 0x38})
 	if err != nil || mac != [6]byte{0x00, 0x0d, 0x3a, 0x31, 0xb5, 0x38} {
 		t.Fatal(err)
 	}
 	_, err = ParseInfoMAC([]byte{1, 2, 3, 4, 5})
-	wantKind(t, err, KindShort)
+	wantKind(t, err, protoerr.KindShort)
 	if NDISPacketFilterDefault != 0x0d {
 		t.Fatal("default filter")
 	}

@@ -1,8 +1,10 @@
-package netvsc
+package rndis
 
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 // Per-packet info (PPI) is the metadata of a PACKET_MSG: a sequence of
@@ -105,10 +107,10 @@ type PPI struct {
 }
 
 // Uint32 returns the element's u32 payload, the first 4 data bytes
-// (KindPPIData when there are fewer).
+// (protoerr.KindPPIData when there are fewer).
 func (p PPI) Uint32() (uint32, error) {
 	if len(p.Data) < 4 {
-		return 0, perr("PPI", KindPPIData, p.Type.String(), uint64(len(p.Data)))
+		return 0, protoerr.New("PPI", protoerr.KindPPIData, p.Type.String(), uint64(len(p.Data)))
 	}
 	return le.Uint32(p.Data), nil
 }
@@ -116,7 +118,7 @@ func (p PPI) Uint32() (uint32, error) {
 // PPIIter walks a per-packet-info area, validating each element as it goes
 // (FreeBSD/DPDK hn_rndis_rxinfo, Linux rndis_get_ppi, openvmm): at least a
 // header's worth of bytes left, size >= 12, a multiple of 4 and within the
-// area (KindPPISize); data offset >= 12 and <= size (KindPPIOffset). The
+// area (protoerr.KindPPISize); data offset >= 12 and <= size (protoerr.KindPPIOffset). The
 // zero value walks nothing. Not safe for concurrent use.
 type PPIIter struct {
 	b   []byte
@@ -133,18 +135,18 @@ func (it *PPIIter) Next() (p PPI, ok bool) {
 		return PPI{}, false
 	}
 	if len(it.b) < PPIHeaderSize {
-		it.err = perr("PPI", KindPPISize, "size", uint64(len(it.b)))
+		it.err = protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(len(it.b)))
 		return PPI{}, false
 	}
 	size := le.Uint32(it.b)
 	t := PPIType(le.Uint32(it.b[4:]))
 	off := le.Uint32(it.b[8:])
 	if size < PPIHeaderSize || size%4 != 0 || uint64(size) > uint64(len(it.b)) {
-		it.err = perr("PPI", KindPPISize, "size", uint64(size))
+		it.err = protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(size))
 		return PPI{}, false
 	}
 	if off < PPIHeaderSize || off > size {
-		it.err = perr("PPI", KindPPIOffset, "offset", uint64(off))
+		it.err = protoerr.New("PPI", protoerr.KindPPIOffset, "offset", uint64(off))
 		return PPI{}, false
 	}
 	p = PPI{Type: t, Data: it.b[off:size:size]}
@@ -257,7 +259,7 @@ func (pi *PacketInfo) put(b []byte) {
 // ParsePacketInfo walks a per-packet-info area and collects the elements
 // PacketInfo holds. Elements of other types are skipped; a repeated type
 // keeps its last value. A known element with less than 4 data bytes is
-// KindPPIData; a malformed element stops the walk with its PPIIter error.
+// protoerr.KindPPIData; a malformed element stops the walk with its PPIIter error.
 func ParsePacketInfo(area []byte) (PacketInfo, error) {
 	var pi PacketInfo
 	it := NewPPIIter(area)

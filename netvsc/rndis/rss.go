@@ -1,7 +1,9 @@
-package netvsc
+package rndis
 
 import (
 	"net/netip"
+
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 // HashInfo is an NDIS hash function and set of hash types: the
@@ -209,7 +211,7 @@ func (p RSSParameters) Marshal(dst []byte) []byte {
 // info buffer (table and key offsets are relative to the object's start):
 // type RSS_PARAMETERS, revision from 1, Size >= 28 and within b; a
 // non-empty table must be whole u32 entries, at most 128, inside b
-// (KindRSSTable); a non-empty key at most 40 bytes, inside b (KindRSSKey).
+// (protoerr.KindRSSTable); a non-empty key at most 40 bytes, inside b (protoerr.KindRSSKey).
 // Whether the values are acceptable is Validate's business.
 func (p *RSSParameters) Unmarshal(b []byte) error {
 	const msg = "NDIS_RECEIVE_SCALE_PARAMETERS"
@@ -230,11 +232,11 @@ func (p *RSSParameters) Unmarshal(b []byte) error {
 		q.ProcessorMasksEntrySize = le.Uint32(b[36:])
 	}
 	if tsize%4 != 0 || int(tsize)/4 > RSSIndirectionTableEntries {
-		return perr(msg, KindRSSTable, "indirection_table_size", uint64(tsize))
+		return protoerr.New(msg, protoerr.KindRSSTable, "indirection_table_size", uint64(tsize))
 	}
 	if tsize > 0 {
 		if uint64(tsize) > uint64(len(b)) || uint64(toff) > uint64(len(b))-uint64(tsize) {
-			return perr(msg, KindRSSTable, "indirection_table_offset", uint64(toff))
+			return protoerr.New(msg, protoerr.KindRSSTable, "indirection_table_offset", uint64(toff))
 		}
 		q.TableLen = int(tsize) / 4
 		for i := range q.TableLen {
@@ -242,11 +244,11 @@ func (p *RSSParameters) Unmarshal(b []byte) error {
 		}
 	}
 	if ksize > RSSHashKeySize {
-		return perr(msg, KindRSSKey, "hash_key_size", uint64(ksize))
+		return protoerr.New(msg, protoerr.KindRSSKey, "hash_key_size", uint64(ksize))
 	}
 	if ksize > 0 {
 		if uint64(ksize) > uint64(len(b)) || uint64(koff) > uint64(len(b))-uint64(ksize) {
-			return perr(msg, KindRSSKey, "hash_key_offset", uint64(koff))
+			return protoerr.New(msg, protoerr.KindRSSKey, "hash_key_offset", uint64(koff))
 		}
 		q.KeyLen = copy(q.Key[:], b[koff:uint64(koff)+uint64(ksize)])
 	}
@@ -256,25 +258,25 @@ func (p *RSSParameters) Unmarshal(b []byte) error {
 
 // Validate applies openvmm's acceptance rules for an RSS set against a
 // host with queues channels (netvsc.md §3.6): turning RSS off is always
-// accepted; otherwise the key must be 40 bytes (KindRSSKey), the table
-// non-empty (KindRSSTable) and every entry below queues (KindRSSEntry).
+// accepted; otherwise the key must be 40 bytes (protoerr.KindRSSKey), the table
+// non-empty (protoerr.KindRSSTable) and every entry below queues (protoerr.KindRSSEntry).
 // Which hash types a host accepts (an Azure host refused UDP-only with
-// RNDISStatusInvalidParameter) is the host's own policy.
+// StatusInvalidParameter) is the host's own policy.
 func (p *RSSParameters) Validate(queues int) error {
 	const msg = "NDIS_RECEIVE_SCALE_PARAMETERS"
 	if p.Disabled() {
 		return nil
 	}
 	if p.KeyLen != RSSHashKeySize {
-		return perr(msg, KindRSSKey, "hash_key_size", uint64(max(p.KeyLen, 0)))
+		return protoerr.New(msg, protoerr.KindRSSKey, "hash_key_size", uint64(max(p.KeyLen, 0)))
 	}
 	n := p.tableLen()
 	if n == 0 {
-		return perr(msg, KindRSSTable, "indirection_table_size", 0)
+		return protoerr.New(msg, protoerr.KindRSSTable, "indirection_table_size", 0)
 	}
 	for _, e := range p.Table[:n] {
 		if queues <= 0 || uint64(e) >= uint64(queues) {
-			return perr(msg, KindRSSEntry, "indirection_table", uint64(e))
+			return protoerr.New(msg, protoerr.KindRSSEntry, "indirection_table", uint64(e))
 		}
 	}
 	return nil

@@ -1,7 +1,10 @@
-package netvsc
+package rndis
 
 import (
 	"fmt"
+
+	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 // OIDs name the objects RNDIS QUERY and SET read and write; the NDIS
@@ -138,10 +141,10 @@ func (s LinkSpeed) Mbps() uint32 { return uint32(s) / 10000 }
 
 // ParseInfoUint32 reads the u32 answer of a QUERY (or a u32 SET value, or
 // a u32 status buffer such as LINK_SPEED_CHANGE's). Longer buffers are
-// accepted; shorter are KindShort.
+// accepted; shorter are protoerr.KindShort.
 func ParseInfoUint32(info []byte) (uint32, error) {
 	if len(info) < 4 {
-		return 0, perr("OID info", KindShort, "u32", uint64(len(info)))
+		return 0, protoerr.New("OID info", protoerr.KindShort, "u32", uint64(len(info)))
 	}
 	return le.Uint32(info), nil
 }
@@ -154,7 +157,7 @@ func AppendInfoUint32(dst []byte, v uint32) []byte { return le.AppendUint32(dst,
 func ParseInfoMAC(info []byte) ([6]byte, error) {
 	var mac [6]byte
 	if len(info) < 6 {
-		return mac, perr("OID info", KindShort, "mac", uint64(len(info)))
+		return mac, protoerr.New("OID info", protoerr.KindShort, "mac", uint64(len(info)))
 	}
 	copy(mac[:], info)
 	return mac, nil
@@ -195,7 +198,7 @@ func (h NDISObjectHeader) put(b []byte) {
 // ParseNDISObjectHeader reads the header at the start of b.
 func ParseNDISObjectHeader(b []byte) (NDISObjectHeader, error) {
 	if len(b) < NDISObjectHeaderSize {
-		return NDISObjectHeader{}, perr("NDIS object", KindShort, "header", uint64(len(b)))
+		return NDISObjectHeader{}, protoerr.New("NDIS object", protoerr.KindShort, "header", uint64(len(b)))
 	}
 	return NDISObjectHeader{Type: b[0], Revision: b[1], Size: le.Uint16(b[2:])}, nil
 }
@@ -205,17 +208,17 @@ func ParseNDISObjectHeader(b []byte) (NDISObjectHeader, error) {
 func checkObject(b []byte, msg string, want uint8, min int) (NDISObjectHeader, error) {
 	h, err := ParseNDISObjectHeader(b)
 	if err != nil {
-		return h, perr(msg, KindShort, "header", uint64(len(b)))
+		return h, protoerr.New(msg, protoerr.KindShort, "header", uint64(len(b)))
 	}
 	switch {
 	case h.Type != want:
-		return h, perr(msg, KindNDISObject, "type", uint64(h.Type))
+		return h, protoerr.New(msg, protoerr.KindNDISObject, "type", uint64(h.Type))
 	case h.Revision == 0:
-		return h, perr(msg, KindNDISObject, "revision", 0)
+		return h, protoerr.New(msg, protoerr.KindNDISObject, "revision", 0)
 	case int(h.Size) < min:
-		return h, perr(msg, KindNDISObject, "size", uint64(h.Size))
+		return h, protoerr.New(msg, protoerr.KindNDISObject, "size", uint64(h.Size))
 	case int(h.Size) > len(b):
-		return h, perr(msg, KindShort, "size", uint64(len(b)))
+		return h, protoerr.New(msg, protoerr.KindShort, "size", uint64(len(b)))
 	}
 	return h, nil
 }
@@ -259,7 +262,7 @@ const (
 // 6.1), as DPDK does. (Linux sends revision 3 with size 22 below NVSP 5,
 // and clears the UDP checksum fields; Unmarshal accepts that too.)
 func OffloadParametersHeader(nvspVersion uint32) NDISObjectHeader {
-	if nvspVersion >= NVSPProtocolVersion5 {
+	if nvspVersion >= nvsp.Version5 {
 		return NDISObjectHeader{NDISObjectTypeDefault, NDISOffloadParametersRevision3, NDISOffloadParametersSizeRev3}
 	}
 	return NDISObjectHeader{NDISObjectTypeDefault, NDISOffloadParametersRevision2, NDISOffloadParametersSizeRev2}
@@ -269,7 +272,7 @@ func OffloadParametersHeader(nvspVersion uint32) NDISObjectHeader {
 // OID_TCP_OFFLOAD_PARAMETERS (netvsc.md §3.6).
 type OffloadParameters struct {
 	// Header is written as given; the zero value means
-	// OffloadParametersHeader(NVSPProtocolVersion61). Marshal emits
+	// OffloadParametersHeader(nvsp.Version61). Marshal emits
 	// Header.Size bytes: fields past that size are left out.
 	Header                        NDISObjectHeader
 	IPv4Checksum                  uint8  // @4; Linux always 1 (off)
@@ -296,7 +299,7 @@ type OffloadParameters struct {
 func (p OffloadParameters) Marshal(dst []byte) []byte {
 	h := p.Header
 	if h == (NDISObjectHeader{}) {
-		h = OffloadParametersHeader(NVSPProtocolVersion61)
+		h = OffloadParametersHeader(nvsp.Version61)
 	}
 	var b [NDISOffloadParametersSizeRev3]byte
 	h.put(b[:])
@@ -348,9 +351,9 @@ const (
 // NVSP 5, revision 2 (144) at NVSP 4, revision 1 (112) below.
 func OffloadQueryHeader(nvspVersion uint32) NDISObjectHeader {
 	switch {
-	case nvspVersion >= NVSPProtocolVersion5:
+	case nvspVersion >= nvsp.Version5:
 		return NDISObjectHeader{NDISObjectTypeOffload, NDISOffloadRevision3, NDISOffloadSizeRev3}
-	case nvspVersion >= NVSPProtocolVersion4:
+	case nvspVersion >= nvsp.Version4:
 		return NDISObjectHeader{NDISObjectTypeOffload, NDISOffloadRevision2, NDISOffloadSizeRev2}
 	}
 	return NDISObjectHeader{NDISObjectTypeOffload, NDISOffloadRevision1, NDISOffloadSizeRev1}

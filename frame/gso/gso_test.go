@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/internal/csum"
+	"github.com/vmbusd/vmbusd/frame/csum"
 )
 
 // frame builds an Ethernet frame with an IPv4 or IPv6 header and a TCP

@@ -1,8 +1,10 @@
-package netvsc
+package rndis
 
 import (
 	"bytes"
 	"testing"
+
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 func TestVLANInfoBitLayout(t *testing.T) {
@@ -121,18 +123,18 @@ func TestPPIWalkerRejectsEachViolation(t *testing.T) {
 	cases := []struct {
 		name string
 		area []byte
-		kind Kind
+		kind protoerr.Kind
 	}{
-		{"partial header", good[:11], KindPPISize},
-		{"trailing bytes", append(bytes.Clone(good), 0, 0, 0, 0), KindPPISize},
-		{"size zero", hexBytes(t, "00000000 00000000 0c000000 00000000"), KindPPISize},
-		{"size below header", hexBytes(t, "08000000 00000000 0c000000 00000000"), KindPPISize},
-		{"size unaligned", hexBytes(t, "0e000000 00000000 0c000000 00000000"), KindPPISize},
-		{"size past area", hexBytes(t, "14000000 00000000 0c000000 00000000"), KindPPISize},
-		{"size huge", hexBytes(t, "fcffffff 00000000 0c000000 00000000"), KindPPISize},
-		{"offset inside header", hexBytes(t, "10000000 00000000 08000000 00000000"), KindPPIOffset},
-		{"offset past element", hexBytes(t, "10000000 00000000 14000000 00000000"), KindPPIOffset},
-		{"offset huge", hexBytes(t, "10000000 00000000 ffffffff 00000000"), KindPPIOffset},
+		{"partial header", good[:11], protoerr.KindPPISize},
+		{"trailing bytes", append(bytes.Clone(good), 0, 0, 0, 0), protoerr.KindPPISize},
+		{"size zero", hexBytes(t, "00000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size below header", hexBytes(t, "08000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size unaligned", hexBytes(t, "0e000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size past area", hexBytes(t, "14000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size huge", hexBytes(t, "fcffffff 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"offset inside header", hexBytes(t, "10000000 00000000 08000000 00000000"), protoerr.KindPPIOffset},
+		{"offset past element", hexBytes(t, "10000000 00000000 14000000 00000000"), protoerr.KindPPIOffset},
+		{"offset huge", hexBytes(t, "10000000 00000000 ffffffff 00000000"), protoerr.KindPPIOffset},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,14 +155,14 @@ func TestPacketInfoRejectsShortKnownData(t *testing.T) {
 	for _, typ := range []PPIType{PPITCPIPChecksum, PPITCPLargeSend, PPIIEEE8021Q, PPINBLHashValue, PPINBLHashInfo, PPIPktInfoID} {
 		area := AppendPPI(nil, typ, nil) // 12-byte element, no data
 		_, err := ParsePacketInfo(area)
-		wantKind(t, err, KindPPIData)
+		wantKind(t, err, protoerr.KindPPIData)
 	}
 	// Unknown types may be empty.
 	if _, err := ParsePacketInfo(AppendPPI(nil, PPISGList, nil)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := PPI{Type: PPINBLHashValue, Data: []byte{1, 2}}.Uint32()
-	wantKind(t, err, KindPPIData)
+	wantKind(t, err, protoerr.KindPPIData)
 }
 
 func TestPacketInfoEncodingOrderAndLength(t *testing.T) {
@@ -180,7 +182,7 @@ func TestPacketInfoEncodingOrderAndLength(t *testing.T) {
 	pi.SetChecksum(1)
 	pi.Has |= 0xc0 // bits with no field are ignored
 	b := pi.AppendPPIs(nil)
-	if len(b) != 6*16 || pi.PPILen() != 96 || MaxRNDISPacketHeaderLen != 44+96 {
+	if len(b) != 6*16 || pi.PPILen() != 96 || MaxPacketHeaderLen != 44+96 {
 		t.Fatalf("len %d", len(b))
 	}
 	it := NewPPIIter(b)

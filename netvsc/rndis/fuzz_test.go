@@ -1,18 +1,20 @@
-package netvsc
+package rndis
 
 import (
 	"bytes"
 	"reflect"
 	"testing"
+
+	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
-// mustBeProtocolError fails unless err is a *ProtocolError with a listed
+// mustBeProtocolError fails unless err is a *protoerr.Error with a listed
 // kind: decoders report nothing else.
 func mustBeProtocolError(t *testing.T, err error) {
 	t.Helper()
-	pe, ok := IsProtocolError(err)
-	if !ok || pe.Kind == 0 || pe.Kind >= kindEnd {
-		t.Fatalf("decoder returned %v (%T), want a *ProtocolError with a listed kind", err, err)
+	pe, ok := protoerr.As(err)
+	if !ok || !pe.Kind.Valid() {
+		t.Fatalf("decoder returned %v (%T), want a *protoerr.Error with a listed kind", err, err)
 	}
 	_ = err.Error()
 }
@@ -35,74 +37,6 @@ func roundTrip(t *testing.T, name string, got unmarshaler, norm func(any) any) {
 	}
 }
 
-func nvspDecoders() []unmarshaler {
-	return []unmarshaler{
-		&NVSPInit{}, &NVSPInitComplete{}, &NVSPNDISVersion{}, &NVSPNDISConfig{},
-		&NVSPRecvBuf{}, &NVSPRecvBufComplete{}, &NVSPRevokeRecvBuf{},
-		&NVSPSendBuf{}, &NVSPSendBufComplete{}, &NVSPRevokeSendBuf{},
-		&NVSPRNDISPacket{}, &NVSPRNDISComplete{}, &NVSPVFAssociation{},
-		&NVSPSwitchDataPath{}, &NVSPSubchannelRequest{}, &NVSPSubchannelComplete{},
-		&NVSPIndirectionTable{},
-	}
-}
-
-// FuzzNVSP feeds arbitrary bytes, as a hostile peer could send them, to
-// every NVSP decoder and validator. Nothing may panic; every error is a
-// *ProtocolError; everything decoded re-encodes to the same value.
-func FuzzNVSP(f *testing.F) {
-	for _, c := range nvspCases() {
-		f.Add(c.in.Marshal(nil), NVSPProtocolVersion61, uint32(16<<20))
-	}
-	f.Add(NVSPIndirectionTable{Offset: 40}.Marshal(nil), NVSPProtocolVersion6, uint32(0))
-	f.Add([]byte{0x66, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, uint32(0), uint32(0xffffffff))
-	f.Fuzz(func(t *testing.T, data []byte, version, bufLen uint32) {
-		if _, err := NVSPMessageType(data); err != nil {
-			mustBeProtocolError(t, err)
-		}
-		for _, d := range nvspDecoders() {
-			if err := d.Unmarshal(data); err != nil {
-				mustBeProtocolError(t, err)
-				continue
-			}
-			var norm func(any) any
-			if _, ok := d.(*NVSPIndirectionTable); ok {
-				norm = func(v any) any { return v.(NVSPIndirectionTable).Table }
-			}
-			roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, norm)
-			switch m := d.(type) {
-			case *NVSPRecvBufComplete:
-				if err := m.Validate(int(bufLen)); err != nil {
-					mustBeProtocolError(t, err)
-				} else if uint64(m.Section.SubAllocSize)*uint64(m.Section.NumSubAllocs) > uint64(bufLen) ||
-					m.Section.NumSubAllocs == 0 || m.Section.Offset != 0 {
-					t.Fatalf("Validate accepted sections that do not fit: %+v in %d", m, bufLen)
-				}
-			case *NVSPSendBufComplete:
-				if n, err := m.SectionCount(int(bufLen)); err != nil {
-					mustBeProtocolError(t, err)
-				} else if n < 1 || uint64(n)*uint64(m.SectionSize) > uint64(bufLen) {
-					t.Fatalf("SectionCount = %d for %d-byte sections in %d", n, m.SectionSize, bufLen)
-				}
-			case *NVSPRNDISPacket:
-				const size, count = 6144, 2730
-				off, n, ok, err := m.Section(size, count)
-				if err != nil {
-					mustBeProtocolError(t, err)
-				} else if ok && (off < 0 || n <= 0 || off+n > size*count) {
-					t.Fatalf("Section = %d+%d outside the buffer", off, n)
-				}
-			case *NVSPIndirectionTable:
-				var v NVSPIndirectionTable
-				if err := v.UnmarshalVersion(data, version); err != nil {
-					mustBeProtocolError(t, err)
-				} else if uint64(v.Offset)+4*VRSSSendTabSize > uint64(len(data)) {
-					t.Fatalf("table at %d outside %d bytes", v.Offset, len(data))
-				}
-			}
-		}
-	})
-}
-
 // FuzzRNDISPacket decodes arbitrary bytes as a PACKET_MSG and walks all of
 // its per-packet info. A packet that decodes re-encodes, with the info
 // this package understands, to a packet with the same frame and info.
@@ -115,28 +49,28 @@ func FuzzRNDISPacket(f *testing.F) {
 	info.SetPktID(NewPktInfoID(PktInfoSubAlloc, 3))
 	info.SetLSO(NewLSOv2(1400, 34, false))
 	buf := make([]byte, 2048)
-	n, _ := PutRNDISPacket(buf, &info, testFrame(60))
+	n, _ := PutPacket(buf, &info, testFrame(60))
 	f.Add(bytes.Clone(buf[:n]))
-	n, _ = PutRNDISPacket(buf, nil, testFrame(14))
+	n, _ = PutPacket(buf, nil, testFrame(14))
 	f.Add(bytes.Clone(buf[:n]))
-	n, _ = PutRNDISPacketAt(buf, &info, testFrame(100), 256, 400)
+	n, _ = PutPacketAt(buf, &info, testFrame(100), 256, 400)
 	f.Add(bytes.Clone(buf[:n]))
-	f.Add(RNDISPacketHeader{MessageLength: 50, DataOffset: 37, DataLength: 5}.Marshal(make([]byte, 0, 50)))
+	f.Add(PacketHeader{MessageLength: 50, DataOffset: 37, DataLength: 5}.Marshal(make([]byte, 0, 50)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := ParseRNDISPacket(data)
+		p, err := ParsePacket(data)
 		if err != nil {
 			mustBeProtocolError(t, err)
 			return
 		}
-		if int(p.MessageLength) > len(data) || p.MessageLength < RNDISPacketHeaderSize {
+		if int(p.MessageLength) > len(data) || p.MessageLength < PacketHeaderSize {
 			t.Fatalf("MessageLength %d of %d bytes", p.MessageLength, len(data))
 		}
 		msg := data[:p.MessageLength]
-		s := RNDISHeaderSize + int(p.DataOffset)
+		s := HeaderSize + int(p.DataOffset)
 		if len(p.Frame) == 0 || len(p.Frame) != int(p.DataLength) || s+len(p.Frame) > len(msg) || &p.Frame[0] != &msg[s] {
-			t.Fatalf("frame outside the message: %+v", p.RNDISPacketHeader)
+			t.Fatalf("frame outside the message: %+v", p.PacketHeader)
 		}
-		if len(p.PPI) > 0 && RNDISHeaderSize+int(p.PerPacketInfoOffset)+len(p.PPI) > len(msg) {
+		if len(p.PPI) > 0 && HeaderSize+int(p.PerPacketInfoOffset)+len(p.PPI) > len(msg) {
 			t.Fatal("PPI area outside the message")
 		}
 		if err := p.Unsupported(); err != nil {
@@ -161,11 +95,11 @@ func FuzzRNDISPacket(f *testing.F) {
 		if it.Err() != nil {
 			t.Fatalf("Info succeeded where the walk failed: %v", it.Err())
 		}
-		out := make([]byte, RNDISPacketLen(&got, len(p.Frame)))
-		if _, err := PutRNDISPacket(out, &got, p.Frame); err != nil {
+		out := make([]byte, PacketLen(&got, len(p.Frame)))
+		if _, err := PutPacket(out, &got, p.Frame); err != nil {
 			t.Fatal(err)
 		}
-		q, err := ParseRNDISPacket(out)
+		q, err := ParsePacket(out)
 		if err != nil {
 			t.Fatalf("re-encoded packet rejected: %v", err)
 		}
@@ -178,9 +112,9 @@ func FuzzRNDISPacket(f *testing.F) {
 
 func rndisControlDecoders() []unmarshaler {
 	return []unmarshaler{
-		&RNDISInitialize{}, &RNDISInitializeCmplt{}, &RNDISHalt{}, &RNDISQuery{},
-		&RNDISQueryCmplt{}, &RNDISSet{}, &RNDISSetCmplt{}, &RNDISReset{},
-		&RNDISResetCmplt{}, &RNDISKeepalive{}, &RNDISKeepaliveCmplt{}, &RNDISIndicateStatus{},
+		&Initialize{}, &InitializeComplete{}, &Halt{}, &Query{},
+		&QueryComplete{}, &Set{}, &SetComplete{}, &Reset{},
+		&ResetComplete{}, &Keepalive{}, &KeepaliveComplete{}, &IndicateStatus{},
 	}
 }
 
@@ -228,20 +162,20 @@ func FuzzRNDISControl(f *testing.F) {
 	}
 	key := MicrosoftRSSKey()
 	table := make([]uint32, 128)
-	f.Add(RNDISSet{1, OIDGenReceiveScaleParameters, NewRSSParameters(NDISHashFunctionToeplitz, key[:], table).Marshal(nil), 0}.Marshal(nil))
-	f.Add(RNDISSet{2, OIDTCPOffloadParameters, OffloadParameters{}.Marshal(nil), 0}.Marshal(nil))
-	f.Add(RNDISQueryCmplt{3, 0, Offload{}.Marshal(nil)}.Marshal(nil))
-	f.Add(RNDISQueryCmplt{4, 0, RSSCapabilities{NumReceiveQueues: 4}.Marshal(nil)}.Marshal(nil))
+	f.Add(Set{1, OIDGenReceiveScaleParameters, NewRSSParameters(NDISHashFunctionToeplitz, key[:], table).Marshal(nil), 0}.Marshal(nil))
+	f.Add(Set{2, OIDTCPOffloadParameters, OffloadParameters{}.Marshal(nil), 0}.Marshal(nil))
+	f.Add(QueryComplete{3, 0, Offload{}.Marshal(nil)}.Marshal(nil))
+	f.Add(QueryComplete{4, 0, RSSCapabilities{NumReceiveQueues: 4}.Marshal(nil)}.Marshal(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, n, err := ParseRNDISHeader(data); err != nil {
+		if _, n, err := ParseHeader(data); err != nil {
 			mustBeProtocolError(t, err)
-		} else if n < RNDISHeaderSize || n > len(data) {
+		} else if n < HeaderSize || n > len(data) {
 			t.Fatalf("message length %d of %d bytes", n, len(data))
 		}
-		if _, err := RNDISMessageType(data); err != nil {
+		if _, err := MessageType(data); err != nil {
 			mustBeProtocolError(t, err)
 		}
-		if _, _, err := RNDISCompletionRequestID(data); err != nil {
+		if _, _, err := CompletionRequestID(data); err != nil {
 			mustBeProtocolError(t, err)
 		}
 		for _, d := range rndisControlDecoders() {
@@ -251,15 +185,15 @@ func FuzzRNDISControl(f *testing.F) {
 			}
 			roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, normalize)
 			switch m := d.(type) {
-			case *RNDISQuery:
+			case *Query:
 				fuzzNDISObjects(t, m.Info)
-			case *RNDISSet:
+			case *Set:
 				fuzzNDISObjects(t, m.Info)
-			case *RNDISQueryCmplt:
+			case *QueryComplete:
 				fuzzNDISObjects(t, m.Info)
-			case *RNDISIndicateStatus:
+			case *IndicateStatus:
 				fuzzNDISObjects(t, m.Buf)
-			case *RNDISInitializeCmplt:
+			case *InitializeComplete:
 				if a := m.PacketAlignment(); a < 4 || a > 4096 || a&(a-1) != 0 {
 					t.Fatalf("alignment %d", a)
 				}

@@ -1,4 +1,9 @@
-package netvsc
+// Package protoerr is the error the netvsc wire decoders (packages nvsp and
+// rndis) and the guest driver (package netvsc) return when a peer's message
+// breaks the NVSP, RNDIS or NDIS rules: an *Error whose Kind names the check
+// that failed, so callers can count "protocol violations by check" under
+// labels that stay the same whichever layer found the violation.
+package protoerr
 
 import (
 	"errors"
@@ -115,6 +120,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
+// Valid reports whether k is one of the listed kinds.
+func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
+
 // Kinds lists every kind a decoder or validator can return.
 func Kinds() []Kind {
 	ks := make([]Kind, 0, kindEnd-1)
@@ -124,34 +132,30 @@ func Kinds() []Kind {
 	return ks
 }
 
-// ProtocolError reports that a peer's message broke the NVSP, RNDIS or NDIS
+// Error reports that a peer's message broke the NVSP, RNDIS or NDIS
 // rules. Msg names the message or object (the spec's name, e.g.
 // "SEND_RECV_BUF_COMPLETE", "PACKET_MSG", "NDIS_OFFLOAD"), Field the field
 // that failed and Val its value (for KindShort, the bytes available).
-type ProtocolError struct {
+type Error struct {
 	Msg   string
 	Kind  Kind
 	Field string
 	Val   uint64
 }
 
-func (e *ProtocolError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("netvsc: %s: %s: %s (value %d)", e.Msg, e.Field, e.Kind, e.Val)
 }
 
-// IsProtocolError reports whether err is (or wraps) a *ProtocolError and
-// returns it.
-func IsProtocolError(err error) (*ProtocolError, bool) {
-	var pe *ProtocolError
+// As reports whether err is (or wraps) an *Error and returns it.
+func As(err error) (*Error, bool) {
+	var pe *Error
 	ok := errors.As(err, &pe)
 	return pe, ok
 }
 
-// ErrBufferTooSmall is returned by the Put… encoders when the destination
-// cannot hold the message. It is the caller's sizing problem, not a
-// protocol violation.
-var ErrBufferTooSmall = errors.New("netvsc: destination buffer too small")
-
-func perr(msg string, k Kind, field string, val uint64) error {
-	return &ProtocolError{Msg: msg, Kind: k, Field: field, Val: val}
+// New returns an *Error for message msg whose field failed check k with
+// value val.
+func New(msg string, k Kind, field string, val uint64) error {
+	return &Error{Msg: msg, Kind: k, Field: field, Val: val}
 }
