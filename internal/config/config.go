@@ -548,16 +548,21 @@ func (c *Config) validateNICs() error {
 		if n.Queues == 0 {
 			n.Queues = 1
 		}
-		// The driver owns its limits: check the NIC as netvsc.Open would.
-		if err := n.Netvsc().Validate(); err != nil {
-			key := "mtu"
-			if n.Queues < 1 || n.Queues > nvsp.MaxSubchannels {
-				key = "queues"
-			}
-			return verr("nic", i, key, "%s", strings.TrimPrefix(err.Error(), "netvsc: "))
-		}
+		// The VF keys first, so that an error names the key at fault;
+		// then the driver, which owns its limits, checks the NIC as
+		// netvsc.Open would.
 		if err := validateVF(i, n); err != nil {
 			return err
+		}
+		if err := n.Netvsc().Validate(); err != nil {
+			key := "mtu"
+			switch {
+			case n.Queues < 1 || n.Queues > nvsp.MaxSubchannels:
+				key = "queues"
+			case strings.Contains(err.Error(), "VF"):
+				key = "vf"
+			}
+			return verr("nic", i, key, "%s", strings.TrimPrefix(err.Error(), "netvsc: "))
 		}
 		if n.Attach == AttachTAP {
 			if n.TAP == "" {
