@@ -19,7 +19,7 @@ type Mode int
 const (
 	// Hybrid (the default) polls while traffic flows and, once the rings
 	// have been quiet for Config.PollBudget, sleeps on the device's
-	// interrupt fd: unmask, re-check, block (DESIGN.md "Idle when idle";
+	// interrupt fd: unmask, re-check, block (docs/architecture.md §5.2 "Idle when idle";
 	// the vhost_net seed: stop polling when idle).
 	Hybrid Mode = iota
 	// Poll spins on the rings forever: DPDK's model, one core at 100%.

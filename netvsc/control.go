@@ -16,7 +16,7 @@ import (
 )
 
 // The control plane runs on the primary channel, one request in flight
-// (netvsc.md §7 guest 7). NVSP requests are completions-requested inband
+// (docs/protocol/netvsc.md §7 guest 7). NVSP requests are completions-requested inband
 // packets answered by a completion; RNDIS requests are copied into the
 // reserved control section and sent as SEND_RNDIS_PKT(control), and their
 // answers come back in the receive buffer like frames. While a request
@@ -334,7 +334,7 @@ func (e *RNDISError) Error() string {
 }
 
 // NVSPError is an NVSP request the host answered with a failure status
-// (netvsc.md §2.3): a refusal, not a protocol violation. Open returns one
+// (docs/protocol/netvsc.md §2.3): a refusal, not a protocol violation. Open returns one
 // when the host refuses the receive or send buffer, or every NVSP version;
 // Linux gives up on the device then too.
 type NVSPError struct {
@@ -419,7 +419,7 @@ func nvspName(msg []byte) string {
 	return t.String()
 }
 
-// handshake is the bring-up sequence (netvsc.md §2.5, §7 guest 2-3).
+// handshake is the bring-up sequence (docs/protocol/netvsc.md §2.5, §7 guest 2-3).
 func (s *session) handshake(ctx context.Context) error {
 	c := s.ctl
 	cfg := &s.cfg
@@ -638,7 +638,7 @@ func (s *session) setLink(up bool, speed uint64) {
 }
 
 // setOffloads queries the host's offload capabilities and enables the
-// checksum and LSOv2 offloads it has (netvsc.md §3.6).
+// checksum and LSOv2 offloads it has (docs/protocol/netvsc.md §3.6).
 func (s *session) setOffloads(ctx context.Context) error {
 	info, err := s.ctl.query(ctx, rndis.OIDTCPOffloadHardwareCapabilities, rndis.OffloadQueryHeader(s.version).Marshal(nil))
 	if err != nil {
@@ -682,7 +682,7 @@ func (s *session) setOffloads(ctx context.Context) error {
 
 // openSubchannels asks for cfg.Queues-1 sub-channels (bounded by the
 // host's RSS capabilities), accepts a partial grant, and maps those whose
-// rings appear in time (netvsc.md §2.8).
+// rings appear in time (docs/protocol/netvsc.md §2.8).
 func (s *session) openSubchannels(ctx context.Context) (int, []*vmbus.Channel, error) {
 	c := s.ctl
 	want := s.cfg.Queues
@@ -785,7 +785,7 @@ func (s *session) rndisControl(q *Queue, msg []byte) error {
 	return nil
 }
 
-// indicate applies an INDICATE_STATUS (netvsc.md §2.11).
+// indicate applies an INDICATE_STATUS (docs/protocol/netvsc.md §2.11).
 func (s *session) indicate(m *rndis.IndicateStatus) {
 	s.nic.hostEvent("indicate " + m.Status.String())
 	switch m.Status {
@@ -849,6 +849,6 @@ func (s *session) inband(q *Queue, p *vmbus.Packet) error {
 		s.nic.vfHostSwitch(s, m.ActiveDataPath)
 	}
 	// Linux ignores completion-requested on host inband packets and
-	// openvmm never waits for one (netvsc.md §2.9): no completion sent.
+	// openvmm never waits for one (docs/protocol/netvsc.md §2.9): no completion sent.
 	return nil
 }

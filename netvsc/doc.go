@@ -15,5 +15,5 @@
 // OIDs and objects, RSS) and protoerr (the *protoerr.Error every decoder
 // and the driver's own checks return, whose Kind names the check, so
 // callers can count "protocol violations by check"). Facts and offsets come
-// from docs/protocol/netvsc.md, cited as "netvsc.md §N".
+// from docs/protocol/netvsc.md, cited as "docs/protocol/netvsc.md §N".
 package netvsc

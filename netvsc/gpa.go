@@ -14,13 +14,13 @@ import (
 )
 
 // GPAPool is pinned memory whose guest-physical page numbers are known, so
-// frames in it can be handed to the host GPA-direct (netvsc.md §2.7,
-// vmbus-uio.md lesson 9). Two backends:
+// frames in it can be handed to the host GPA-direct (docs/protocol/netvsc.md §2.7,
+// docs/protocol/vmbus-ring.md lesson 9). Two backends:
 //
 //   - OpenHugepageGPAPool: MAP_HUGETLB memory, locked, its frame numbers
 //     read from /proc/self/pagemap (root only; DPDK's IOVA=PA model).
 //   - OpenSimGPAPool: a window of the simulator's R/dev/guestmem, where
-//     page frame n is the 4 KiB page at offset n*4096 (DESIGN.md).
+//     page frame n is the 4 KiB page at offset n*4096 (docs/uio-contract.md §6).
 //
 // Pools carve packet buffers from it (NewPool). Safe for concurrent use.
 type GPAPool struct {

@@ -5,7 +5,7 @@ import (
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
-// Large sends (netvsc.md §3.4 TCP_LARGESEND_PKTINFO, §4): a TCP
+// Large sends (docs/protocol/netvsc.md §3.4 TCP_LARGESEND_PKTINFO, §4): a TCP
 // super-frame marked MetaTxLSO goes to the host whole with the LSOv2
 // per-packet info when it fits a send section (as Linux copies any send
 // smaller than a section) or can go GPA-direct; otherwise it is cut into

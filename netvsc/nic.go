@@ -252,7 +252,7 @@ func (n *NIC) Err() error { return n.session().err() }
 func (n *NIC) Done() <-chan struct{} { return n.session().dead }
 
 // TxQueue returns the queue that transmits a flow with hash: the host's
-// send indirection table entry for it (netvsc.md §2.8), or hash modulo the
+// send indirection table entry for it (docs/protocol/netvsc.md §2.8), or hash modulo the
 // queue count before the table arrives or when it names a channel that
 // never opened.
 func (n *NIC) TxQueue(hash uint32) *Queue {
@@ -331,7 +331,7 @@ func (n *NIC) QueryLink(ctx context.Context) (Link, error) {
 
 // SwitchDataPath asks the host to steer traffic to the VF (toVF) or back
 // to the synthetic path, and waits for its (empty) completion: current
-// Linux semantics (netvsc.md §2.9). NVSP 4 or later.
+// Linux semantics (docs/protocol/netvsc.md §2.9). NVSP 4 or later.
 func (n *NIC) SwitchDataPath(ctx context.Context, toVF bool) error {
 	s := n.session()
 	if s.version < nvsp.Version4 {
@@ -351,7 +351,7 @@ func (n *NIC) SwitchDataPath(ctx context.Context, toVF bool) error {
 
 // Reconfigure changes the MTU and the queue count (0 keeps each) with a
 // full teardown and bring-up: NVSP cannot renegotiate in place
-// (netvsc.md §2.8, §2.10; DPDK 7306b83a80). Every Queue is replaced: stop
+// (docs/protocol/netvsc.md §2.8, §2.10; DPDK 7306b83a80). Every Queue is replaced: stop
 // using the old ones first (their calls return ErrReconfigured).
 func (n *NIC) Reconfigure(ctx context.Context, mtu, queues int) error {
 	n.mu.Lock()
@@ -524,7 +524,7 @@ func (s *session) halt(reason error, failed bool) error {
 // teardown sends the protocol's goodbyes on the primary channel, whose
 // locks the caller holds: packet filter 0 (answered), HALT, and the buffer
 // revocations (unanswered), lingering briefly for completions
-// (netvsc.md §2.10).
+// (docs/protocol/netvsc.md §2.10).
 func (s *session) teardown() {
 	c := s.ctl
 	c.held = true

@@ -4,7 +4,7 @@ package netvsc
 // transfer-page packet received and not yet completed, oldest first.
 //
 // Its size is fixed when the receive buffer is known: one slot per
-// sub-allocation, as Linux sizes its completion ring (netvsc.md §2.5 step
+// sub-allocation, as Linux sizes its completion ring (docs/protocol/netvsc.md §2.5 step
 // 4, §2.6). Transaction ids are checked below that count before they get
 // here and a tid can be owed only once, so the ring can never fill: a host
 // that keeps sending while our completions wait (it stopped reading its

@@ -33,7 +33,7 @@ type MetaFlags uint16
 const (
 	// MetaVLAN: VLAN holds the 802.1Q tag control (the tag is never in
 	// the frame: Hyper-V strips it on receive and drops frames carrying
-	// one on transmit, netvsc.md §2.7).
+	// one on transmit, docs/protocol/netvsc.md §2.7).
 	MetaVLAN MetaFlags = 1 << iota
 	// MetaHash: Hash holds the host's RSS hash (receive) or a flow hash
 	// choosing the send-table entry (transmit).

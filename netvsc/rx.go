@@ -12,7 +12,7 @@ import (
 // le reads the little-endian fields of NVSP and RNDIS messages.
 var le = binary.LittleEndian
 
-// Receive path (netvsc.md §2.6, §3.3, §7 guest 4-5):
+// Receive path (docs/protocol/netvsc.md §2.6, §3.3, §7 guest 4-5):
 //
 //	XFER packet (tid, set 0xCAFE, ranges[])      one per host batch
 //	  NVSP SEND_RNDIS_PKT{channel type, -1, 0}

@@ -9,7 +9,7 @@ import (
 
 // Software segmentation of TSO super-frames (TCP frames the sender marked
 // MetaTxLSO) when the host cannot do LSO for them: no GPA pool to send them
-// from, or LSO not offered (netvsc.md §4). The TCP payload is cut into
+// from, or LSO not offered (docs/protocol/netvsc.md §4). The TCP payload is cut into
 // segments of at most the sender's MSS that fit a send section, each a
 // legal TCP segment with its headers and checksums rewritten here, copied
 // into send sections like any small frame. This is what the sender asked

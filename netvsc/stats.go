@@ -22,7 +22,7 @@ func (c *ctr) inc()         { c.v.Store(c.v.Load() + 1) }
 func (c *ctr) load() uint64 { return c.v.Load() }
 
 // queueCounters are one queue's counters. Names follow Linux hv_netvsc's
-// ethtool -S (netvsc.md §6) where one exists.
+// ethtool -S (docs/protocol/netvsc.md §6) where one exists.
 type queueCounters struct {
 	// under inMu (the drain)
 	rxPackets, rxBytes   ctr
@@ -131,7 +131,7 @@ type Named struct {
 }
 
 // Ethtool returns the counters under Linux hv_netvsc's ethtool -S names
-// (netvsc.md §6): the global ones summed over queues, then per queue
+// (docs/protocol/netvsc.md §6): the global ones summed over queues, then per queue
 // tx_queue_N_packets, ..., then vmbusd's own additions.
 func (s *Stats) Ethtool() []Named {
 	var g QueueStats

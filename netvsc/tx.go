@@ -10,7 +10,7 @@ import (
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
-// Transmit path (netvsc.md §2.7, §3.7, §4; the 16 MB seed: copy small
+// Transmit path (docs/protocol/netvsc.md §2.7, §3.7, §4; the 16 MB seed: copy small
 // packets):
 //
 //	frame <= section  -> PACKET_MSG copied into the open send section,
@@ -309,7 +309,7 @@ func (q *Queue) flushSection() {
 
 // sendGPA sends one frame GPA-direct from its pinned buffer, the RNDIS
 // header written into the headroom in front of it so that the message is
-// one range (vmbus-uio.md §2.2: one gpa_range listing every page).
+// one range (docs/protocol/vmbus-ring.md §2.2: one gpa_range listing every page).
 func (q *Queue) sendGPA(p *Packet, info *rndis.PacketInfo) bool {
 	q.flushSection()
 	hdrLen := rndis.PacketHeaderSize + info.PPILen()

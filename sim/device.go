@@ -40,7 +40,7 @@ type DeviceConfig struct {
 	// device got them; then only NICs. 0 = none.
 	RecvBuffer, SendBuffer int
 	// HvSock marks an hv_sock channel device whose opener chooses the ring
-	// sizes (DESIGN.md).
+	// sizes (docs/uio-contract.md §7.3).
 	HvSock bool
 	// HvSockForGuestAccept is an hv_sock offer's is_for_guest_accept
 	// (Linux: u.pipe.user_def[0]): set when the host initiated the
@@ -89,7 +89,7 @@ type Device struct {
 	opens     atomic.Uint64
 }
 
-// Standard sizes (vmbus-uio.md §1.2-1.3).
+// Standard sizes (docs/protocol/vmbus-ring.md §1.2-1.3).
 const (
 	DefaultRingSize   = 2 << 20
 	DefaultRecvBuffer = 31 << 20
@@ -257,7 +257,7 @@ func (d *Device) open(c *nodeConn, outSize, inSize uint32) ([]*os.File, error) {
 }
 
 // control is an irqcontrol write from the guest, applied per kernel profile
-// (vmbus-uio.md §1.4).
+// (docs/protocol/vmbus-ring.md §1.4).
 func (d *Device) control(c *nodeConn, v uint32) {
 	s := d.Session()
 	if s == nil || s.conn != c {

@@ -1,7 +1,7 @@
 package sim
 
 // The R/dev/uioN socket server: the one piece of the uio contract that cannot
-// be byte-for-byte (DESIGN.md "The uio contract the simulator serves",
+// be byte-for-byte (docs/uio-contract.md §3.2,
 // contract version 1). One SOCK_SEQPACKET connection stands for one open of
 // /dev/uioN:
 //
@@ -20,7 +20,7 @@ package sim
 // The interrupt count is the device's (uio_device.event): it starts at 0 when
 // the node is created and keeps counting across connections, as the real
 // count does across opens; a guest compares counts, it never assumes a start
-// value (vmbus-uio.md §1.5).
+// value (docs/protocol/vmbus-ring.md §1.5).
 
 import (
 	"encoding/binary"

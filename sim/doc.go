@@ -9,7 +9,7 @@
 //   - a sysfs tree laid out byte for byte like the real one under a root
 //     directory R (sysfs.go), and R/proc/sys/kernel/osrelease for the
 //     kernel profile (profile.go: legacy, 6.10, 6.16, 6.18);
-//   - the uio contract of DESIGN.md: R/dev/uioN is a SOCK_SEQPACKET socket
+//   - the uio contract of docs/uio-contract.md: R/dev/uioN is a SOCK_SEQPACKET socket
 //     that hands the guest one memfd per map and carries the 4-byte
 //     interrupt counts and irqcontrol writes (devnode.go);
 //   - device offers and rescinds, sessions (one per open, with fresh

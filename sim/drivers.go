@@ -2,7 +2,7 @@ package sim
 
 // Driver binding: which guest kernel driver owns each device, and the
 // simulated kernel's reaction to the sysfs writes that move a device between
-// drivers (ecosystem.md §1.3, §1.8; vmbus-uio.md §1.10; vmbus_drv.c,
+// drivers (docs/protocol/ecosystem.md §1.3, §1.8; docs/protocol/vmbus-ring.md §1.10; vmbus_drv.c,
 // drivers/base/bus.c, drivers/base/driver.c driver_set_override).
 //
 // A device is bound to one driver at a time, or to none:
@@ -45,7 +45,7 @@ package sim
 //
 // The hv_sock driver directory exists, but binding to it is not simulated:
 // in the simulator an hv_sock offer is served through uio_hv_generic
-// (DESIGN.md), which the matching rules above never let it back into.
+// (docs/uio-contract.md §7), which the matching rules above never let it back into.
 
 import (
 	"errors"

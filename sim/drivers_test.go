@@ -258,7 +258,7 @@ func TestDriverOverrideWritesFollowDriverSetOverride(t *testing.T) {
 	sysfsWantMode(t, file, 0o644)
 }
 
-// The manual §1.8 round trip: override, unbind, bind; then unbind, clear,
+// The manual round trip of docs/protocol/ecosystem.md §1.8: override, unbind, bind; then unbind, clear,
 // drivers_probe.
 func TestOverrideMovesNICBetweenNetvscAndUIO(t *testing.T) {
 	h := drvTestHost(t, DefaultProfile)

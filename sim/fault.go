@@ -13,7 +13,7 @@ import (
 )
 
 // Fault is a host misbehaviour the simulator can inject, one switch per
-// check the guest makes on host data (vmbus-uio.md design lesson 13).
+// check the guest makes on host data (docs/protocol/vmbus-ring.md design lesson 13).
 type Fault uint32
 
 const (

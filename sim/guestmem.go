@@ -2,12 +2,12 @@ package sim
 
 // Guest memory for GPA-direct ranges.
 //
-// A guest that transmits GPA-direct (netvsc.md §2.7; VMBus packet type 9)
+// A guest that transmits GPA-direct (docs/protocol/netvsc.md §2.7; VMBus packet type 9)
 // names its data by guest page frame numbers (4 KiB Hyper-V pages). A real
 // host reads guest RAM; the simulator has two stand-ins, chosen per NIC
 // (NICConfig.Memory):
 //
-//	GuestMemFile  R/dev/guestmem, a tmpfs file standing for guest RAM (DESIGN.md):
+//	GuestMemFile  R/dev/guestmem, a tmpfs file standing for guest RAM (docs/uio-contract.md §6):
 //	              page frame n is the 4 KiB at offset n*4096. The simulator creates it
 //	              (DefaultGuestMemSize unless a NIC asks for more) and removes it when
 //	              the host stops; a guest maps it MAP_SHARED and carves its pinned

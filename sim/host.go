@@ -22,7 +22,7 @@ import (
 
 // Host is a simulated Hyper-V host together with the guest kernel's
 // uio_hv_generic: it lays out a sysfs tree under a root directory, serves
-// each device's R/dev/uioN socket (the uio contract of DESIGN.md), and runs
+// each device's R/dev/uioN socket (the uio contract, docs/uio-contract.md), and runs
 // the host end of every channel with the same vmbus ring code the guest
 // uses, following the host's rules: it masks the guest-to-host ring while
 // draining and re-checks after unmasking, interrupts the guest only on

@@ -1,6 +1,6 @@
 package sim
 
-// hv_sock host endpoints (hvsock.md; OpenVMM vmbus_server hvsock.rs and its
+// hv_sock host endpoints (docs/protocol/hvsock.md; OpenVMM vmbus_server hvsock.rs and its
 // hybrid vsock relay are the model).
 //
 // # One channel per connection
@@ -451,7 +451,7 @@ func (hv *HvSock) rescind(d *Device) {
 }
 
 // Connect connects the host to a guest listening on port (host-initiated,
-// hvsock.md §1.2): it offers a channel for the port's service with a
+// docs/protocol/hvsock.md §1.2): it offers a channel for the port's service with a
 // random endpoint id and returns once the guest has opened it. A guest that
 // does not open it within HostConnectTimeout (no listener, backlog full)
 // gets the offer rescinded, and Connect fails with ETIMEDOUT.

@@ -1,6 +1,6 @@
 package sim
 
-// NetVSP: the host side of a Hyper-V synthetic NIC (netvsc.md is the
+// NetVSP: the host side of a Hyper-V synthetic NIC (docs/protocol/netvsc.md is the
 // specification; openvmm's netvsp and what DPDK 22.11 and Linux do on the
 // wire are the evidence). A NIC is a VMBus device of the network class
 // whose Service speaks NVSP and RNDIS to the guest and connects it to a
@@ -38,7 +38,7 @@ package sim
 // outstanding. A transfer-page packet takes a run of consecutive
 // sub-allocations of its channel's partition, one or more per RNDIS
 // message, and its transaction id is the run's first index; the run is
-// reused only after the guest completed that id (netvsc.md §2.6).
+// reused only after the guest completed that id (docs/protocol/netvsc.md §2.6).
 
 import (
 	"context"
@@ -63,7 +63,7 @@ import (
 type NICConfig struct {
 	// Instance is the device's instance GUID; zero derives it from the
 	// MAC the way Azure does (MAC 00:0D:3A:31:B5:38 gives
-	// 000d3a31-b538-000d-3a31-b538000d3a31; netvsc.md §1).
+	// 000d3a31-b538-000d-3a31-b538000d3a31; docs/protocol/netvsc.md §1).
 	Instance vmbus.GUID
 	// MAC is the guest's permanent address; nil means a random one in
 	// Hyper-V's 00:15:5D range.
@@ -87,7 +87,7 @@ type NICConfig struct {
 	// sub-channel's ring appears (the kernel opening it).
 	SubchannelDelay time.Duration
 	// RecvBuffer and SendBuffer are the buffer sizes uio_hv_generic
-	// allocates; 0 means 31 MiB and 16 MiB (netvsc.md §1, §4).
+	// allocates; 0 means 31 MiB and 16 MiB (docs/protocol/netvsc.md §1, §4).
 	RecvBuffer, SendBuffer int
 	// RecvSectionSize is the receive sub-allocation size the host
 	// announces: 0 means 1728 (what guests assume; DPDK accepts it),
@@ -112,7 +112,7 @@ type NICConfig struct {
 	// VF, when non-zero, offers accelerated networking: the host sends
 	// VF_ASSOCIATION{1, VF} (the VF's serial) VFDelay after the RNDIS
 	// INITIALIZE completion, if NVSP >= 4 and the guest set the SR-IOV
-	// capability (netvsc.md §2.9).
+	// capability (docs/protocol/netvsc.md §2.9).
 	VF uint32
 	// VFDelay is openvmm's 1 s before offering the VF; 0 means 1 s.
 	VFDelay time.Duration
@@ -157,7 +157,7 @@ type NICConfig struct {
 // sub-allocations as openvmm does: 256 + MTU (with header) + 36.
 const RecvSectionFromMTU = -1
 
-// Defaults of NICConfig (netvsc.md §2.5, §4, §7 host 2).
+// Defaults of NICConfig (docs/protocol/netvsc.md §2.5, §4, §7 host 2).
 const (
 	DefaultRecvSectionSize = 1728
 	DefaultSendSectionSize = 6144
@@ -467,7 +467,7 @@ func (n *NIC) LinkUp() bool {
 
 // SetVF offers (present) or withdraws the VF. Withdrawing it switches a
 // guest that moved its data path to the VF back to synthetic first
-// (SWITCH_DATA_PATH{0}), then sends VF_ASSOCIATION{0} (netvsc.md §2.9).
+// (SWITCH_DATA_PATH{0}), then sends VF_ASSOCIATION{0} (docs/protocol/netvsc.md §2.9).
 // Needs NICConfig.VF.
 func (n *NIC) SetVF(present bool) {
 	if n.cfg.VF == 0 {
@@ -482,7 +482,7 @@ func (n *NIC) SetVF(present bool) {
 }
 
 // SetControlDelay changes how long the host takes to answer RNDIS control
-// requests (a slow VSP: Azure's take up to 15 s, netvsc.md §2.5).
+// requests (a slow VSP: Azure's take up to 15 s, docs/protocol/netvsc.md §2.5).
 func (n *NIC) SetControlDelay(d time.Duration) { n.ctlDelay.Store(int64(d)) }
 
 func (n *NIC) controlDelay() time.Duration { return time.Duration(n.ctlDelay.Load()) }

@@ -2,7 +2,7 @@ package sim
 
 // NIC-level faults: host misbehaviour in the NVSP, RNDIS and NDIS data a
 // NetVSP hands its guest, one switch per check a careful guest makes on
-// that data (netvsc.md §2.5 guest checks, §7 guest 3–7 and host 10; the
+// that data (docs/protocol/netvsc.md §2.5 guest checks, §7 guest 3–7 and host 10; the
 // ring-level faults are Fault, fault.go). Switch them per NIC with
 // NIC.SetFault; NIC.FaultHits counts how often each took effect.
 //

@@ -1,6 +1,6 @@
 package sim
 
-// NVSP messages from the guest, on the primary channel (netvsc.md §2).
+// NVSP messages from the guest, on the primary channel (docs/protocol/netvsc.md §2).
 //
 // Protocol violations a guest can commit against the NetVSP, counted under
 // "netvsp: <kind>" in Host.Violations (strict checking per the reference;
@@ -217,7 +217,7 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t nvsp.Type) erro
 		}
 		ss.publish(func(c *sessCfg) { c.dataPathVF = vf })
 		ss.log.Info("data path switched", "vf", vf)
-		// Linux >= 5.12 waits for this empty completion (netvsc.md §2.9).
+		// Linux >= 5.12 waits for this empty completion (docs/protocol/netvsc.md §2.9).
 		return ss.emptyComplete(ch, p)
 
 	case nvsp.TypeSubchannel:
@@ -235,7 +235,7 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t nvsp.Type) erro
 	return ss.emptyComplete(ch, p)
 }
 
-// recvBuf serves SEND_RECV_BUF (netvsc.md §2.4, §2.5, §7 host 2).
+// recvBuf serves SEND_RECV_BUF (docs/protocol/netvsc.md §2.4, §2.5, §7 host 2).
 func (ss *nicSession) recvBuf(ch *nicChan, p *vmbus.Packet, m *nvsp.RecvBuf) error {
 	cfg := ss.cfg.Load()
 	if !p.CompletionRequested() {
@@ -325,7 +325,7 @@ func (ss *nicSession) sendBuf(ch *nicChan, p *vmbus.Packet, m *nvsp.SendBuf) err
 
 // subchannels serves SUBCHANNEL: grant min(asked, MaxQueues-1), or fail;
 // then offer the sub-channels, which the simulated kernel opens one by
-// one (netvsc.md §2.8).
+// one (docs/protocol/netvsc.md §2.8).
 func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *nvsp.SubchannelRequest) error {
 	cfg := ss.cfg.Load()
 	n := ss.n

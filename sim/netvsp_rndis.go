@@ -1,6 +1,6 @@
 package sim
 
-// RNDIS control messages from the guest (netvsc.md §3), answered the way
+// RNDIS control messages from the guest (docs/protocol/netvsc.md §3), answered the way
 // openvmm's handle_rndis_control_message / handle_oid_query /
 // handle_oid_set do, with the values §7 host 9 asks for. Answers go back
 // as transfer-page packets from the control pool, ControlDelay after the
@@ -322,7 +322,7 @@ func (ss *nicSession) set(ch *nicChan, oid rndis.OID, in []byte) rndis.Status {
 	return rndis.StatusNotSupported
 }
 
-// setRSS applies OID_GEN_RECEIVE_SCALE_PARAMETERS (netvsc.md §3.6): a
+// setRSS applies OID_GEN_RECEIVE_SCALE_PARAMETERS (docs/protocol/netvsc.md §3.6): a
 // disable always works; an enable needs a 40-byte key, a non-empty table
 // of granted channels, and IP hash types (an Azure host refused UDP-only
 // with 0xC000000D). Changing enabled parameters without disabling first is

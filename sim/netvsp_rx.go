@@ -2,7 +2,7 @@ package sim
 
 // Host to guest: frames from the vSwitch wait in their channel's queue,
 // then go out as transfer-page packets over receive-buffer sub-allocations
-// (netvsc.md §2.6):
+// (docs/protocol/netvsc.md §2.6):
 //
 //	transfer-page packet: type 7, completion requested, tid = first sub-allocation
 //	  header  xfer_pageset_id = the guest's receive-buffer id, range count,

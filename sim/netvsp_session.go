@@ -231,7 +231,7 @@ func (ss *nicSession) violation(what string) {
 }
 
 // msgSize is the size of NVSP messages the host sends: openvmm's 28 below
-// NVSP 6.1 and 40 at 6.1 (netvsc.md §2.1).
+// NVSP 6.1 and 40 at 6.1 (docs/protocol/netvsc.md §2.1).
 func (ss *nicSession) msgSize() int {
 	v := ss.cfg.Load().version
 	if v == 0 {
@@ -429,7 +429,7 @@ func (ch *nicChan) wait(t *time.Timer) error {
 	c := ch.c
 	in, out := c.In(), c.Out()
 	// Unmask, then re-check: a packet written while we were masked raised
-	// no signal (vmbus-uio.md §2.4, the host's drain contract).
+	// no signal (docs/protocol/vmbus-ring.md §2.4, the host's drain contract).
 	in.SetInterruptMask(false)
 	defer in.SetInterruptMask(true)
 	if in.Available() > 0 {
@@ -499,7 +499,7 @@ func (ch *nicChan) handle(p *vmbus.Packet) error {
 }
 
 // handleCompletion takes back the receive sub-allocations of a
-// transfer-page packet the guest completed (netvsc.md §2.6).
+// transfer-page packet the guest completed (docs/protocol/netvsc.md §2.6).
 func (ch *nicChan) handleCompletion(p *vmbus.Packet) {
 	var m nvsp.RNDISComplete
 	pl := p.Payload()
@@ -670,7 +670,7 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 }
 
 // sendTable sends the send indirection table once every granted
-// sub-channel is open: entry i = i mod channels (netvsc.md §2.8).
+// sub-channel is open: entry i = i mod channels (docs/protocol/netvsc.md §2.8).
 func (ss *nicSession) sendTable(ch *nicChan) {
 	cfg := ss.cfg.Load()
 	if ss.nv.tableSent || cfg.version < nvsp.Version5 {
@@ -698,7 +698,7 @@ func (ss *nicSession) writeTable(ch *nicChan, channels int) {
 }
 
 // offerVF sends VF_ASSOCIATION (and, when withdrawing a VF the guest
-// switched to, SWITCH_DATA_PATH{synthetic} first) (netvsc.md §2.9).
+// switched to, SWITCH_DATA_PATH{synthetic} first) (docs/protocol/netvsc.md §2.9).
 func (ss *nicSession) offerVF(ch *nicChan, present bool) {
 	cfg := ss.cfg.Load()
 	if !cfg.rndisReady || cfg.version < nvsp.Version4 || cfg.caps&nvsp.NDISConfigCapSRIOV == 0 {

@@ -20,7 +20,7 @@ import (
 func TestNetVSPHandshakeInDPDKOrderHasNoViolations(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
-	// The reference's answers (netvsc.md §2.5, §7 host 2, 9).
+	// The reference's answers (docs/protocol/netvsc.md §2.5, §7 host 2, 9).
 	if g.subSize != DefaultRecvSectionSize || g.subCount != uint32(len(g.recv)/DefaultRecvSectionSize) {
 		t.Errorf("receive sections %d x %d", g.subSize, g.subCount)
 	}

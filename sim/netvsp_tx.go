@@ -1,6 +1,6 @@
 package sim
 
-// Guest to host: NVSP SEND_RNDIS_PKT in one of three forms (netvsc.md §2.7)
+// Guest to host: NVSP SEND_RNDIS_PKT in one of three forms (docs/protocol/netvsc.md §2.7)
 //
 //	inband + send section   the RNDIS bytes are [index*section, +size) of the send buffer
 //	GPA-direct              the RNDIS bytes are the GPA ranges, in order
@@ -26,7 +26,7 @@ import (
 
 // maxPacketsPerMessage is the max_pkts_per_msg the host announces in
 // INITIALIZE_CMPLT, and alignFactor its packet alignment (8 bytes), as
-// openvmm (netvsc.md §3.2).
+// openvmm (docs/protocol/netvsc.md §3.2).
 const (
 	maxPacketsPerMessage = 8
 	alignFactor          = 3
@@ -299,7 +299,7 @@ func (ch *nicChan) txFrame(pkt *rndis.Packet, cfg *sessCfg) bool {
 		return drop("frame shorter than an Ethernet header")
 	}
 	if _, tagged := frameTagged(f); tagged {
-		// "If it sees a VLAN in the frame the packet is dropped" (netvsc.md §2.7).
+		// "If it sees a VLAN in the frame the packet is dropped" (docs/protocol/netvsc.md §2.7).
 		return drop("frame with an in-frame 802.1Q tag (the host drops it)")
 	}
 	first := len(ch.tx.frames)

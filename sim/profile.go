@@ -6,7 +6,7 @@ import (
 )
 
 // Profile selects which uio_hv_generic behaviour the simulated kernel has.
-// The differences are listed in reference/vmbus-uio.md §1.1, §1.4 and §1.5;
+// The differences are listed in docs/protocol/vmbus-ring.md §1.1, §1.4 and §1.5;
 // the methods below answer one question each so that the host logic never
 // compares profiles directly.
 //
@@ -33,7 +33,7 @@ const (
 	Profile6_18
 )
 
-// DefaultProfile is the newest kernel (DESIGN.md: "default the newest").
+// DefaultProfile is the newest kernel (docs/uio-contract.md §1.2: the default is the newest).
 const DefaultProfile = Profile6_18
 
 // profileNames is indexed by Profile.
@@ -117,37 +117,37 @@ func (p Profile) OSRelease() string {
 // interrupt_mask = 1 after opening a channel and in the channel callback, so
 // that every interrupt masks the ring until user space writes 1 again
 // (hv_uio_open, hv_uio_new_channel, hv_uio_channel_cb before e29587c07537;
-// vmbus-uio.md §1.5). True for every profile but 6.18.
+// docs/protocol/vmbus-ring.md §1.5). True for every profile but 6.18.
 func (p Profile) MasksOnInterrupt() bool { return p < Profile6_18 }
 
 // ControlSignalsHost reports whether an irqcontrol write(1) signals the host
 // for a channel that is not monitored (hv_uio_irqcontrol: vmbus_setevent when
-// !monitor_allocated, 6.10+; vmbus-uio.md §1.4).
+// !monitor_allocated, 6.10+; docs/protocol/vmbus-ring.md §1.4).
 func (p Profile) ControlSignalsHost() bool { return p >= Profile6_10 }
 
 // ControlAllChannels reports whether irqcontrol applies to the primary and
 // every sub-channel of the device rather than to the primary only
-// (d062463edf17 set_event(); vmbus-uio.md §1.4).
+// (d062463edf17 set_event(); docs/protocol/vmbus-ring.md §1.4).
 func (p Profile) ControlAllChannels() bool { return p >= Profile6_16 }
 
 // SubchannelInterrupts reports whether a sub-channel's interrupt is delivered
-// on the primary's uio device (d062463edf17; vmbus-uio.md §1.5). Before that
+// on the primary's uio device (d062463edf17; docs/protocol/vmbus-ring.md §1.5). Before that
 // the kernel has no uio device to notify for a sub-channel (and the 6.12.y
 // backport without it oopsed), so such interrupts are simply not seen.
 func (p Profile) SubchannelInterrupts() bool { return p >= Profile6_16 }
 
 // RequiresMonitor reports whether uio_hv_generic's probe fails (-ENOTSUPP,
 // "vmbus channel requires hypercall") for a channel without a monitor id
-// (V-old; vmbus-uio.md §1.1).
+// (V-old; docs/protocol/vmbus-ring.md §1.1).
 func (p Profile) RequiresMonitor() bool { return p == ProfileLegacy }
 
 // NICBuffersOnly reports whether the recv:/send: maps exist only for the
 // synthetic NIC; the legacy driver allocated them for every bound device
-// (hv_uio_probe; vmbus-uio.md §1.2).
+// (hv_uio_probe; docs/protocol/vmbus-ring.md §1.2).
 func (p Profile) NICBuffersOnly() bool { return p >= Profile6_10 }
 
 // UnregistersOnRescind reports whether a primary rescind unregisters the
 // device, so that its sysfs directory and /dev/uioN disappear (hv_uio_rescind
-// calls vmbus_device_unregister from 6.11; vmbus-uio.md §1.9). On older
+// calls vmbus_device_unregister from 6.11; docs/protocol/vmbus-ring.md §1.9). On older
 // kernels the device stays, its fd returning EIO.
 func (p Profile) UnregistersOnRescind() bool { return p >= Profile6_16 }

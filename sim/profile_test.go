@@ -6,7 +6,7 @@ import (
 )
 
 func TestProfileBehaviourFollowsKernelTable(t *testing.T) {
-	// vmbus-uio.md §1.1, §1.4, §1.5, §1.9.
+	// docs/protocol/vmbus-ring.md §1.1, §1.4, §1.5, §1.9.
 	for _, tc := range []struct {
 		p                                                       Profile
 		name, osrelease                                         string

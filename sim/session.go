@@ -306,7 +306,7 @@ func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, e
 }
 
 // irqControl applies a guest's write to the uio fd per kernel profile
-// (hv_uio_irqcontrol; vmbus-uio.md §1.4).
+// (hv_uio_irqcontrol; docs/protocol/vmbus-ring.md §1.4).
 func (s *Session) irqControl(enable bool) {
 	prof := s.dev.host.cfg.Profile
 	targets := s.Channels()

@@ -1,7 +1,7 @@
 package sim
 
 // The simulated sysfs tree, laid out as the real kernel lays it out under a
-// root R (DESIGN.md "The uio contract the simulator serves"; vmbus-uio.md
+// root R (docs/uio-contract.md §2; docs/protocol/vmbus-ring.md
 // §1.2, §1.7, §1.10). One VMBus device bound to uio_hv_generic as uio0:
 //
 //	R/sys/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00/<guid>/   the device (real directory)
@@ -65,7 +65,7 @@ const (
 const (
 	uioDriverName = "uio_hv_generic"
 	// uioDriverVersion is uio_hv_generic's DRIVER_VERSION, which it sets
-	// as uio_info.version (all versions seen; vmbus-uio.md §1.1).
+	// as uio_info.version (all versions seen; docs/protocol/vmbus-ring.md §1.1).
 	uioDriverVersion = "0.02.1"
 	// uioMajor stands for the dynamically allocated uio character major;
 	// any value works, this one is typical (alloc_chrdev_region hands
@@ -182,7 +182,7 @@ type devAttrs struct {
 
 // hvSockChnFlags is the chn_flags of an hv_sock offer as OpenVMM sets it:
 // TLNPI_PROVIDER_OFFER 0x2000 | NAMED_PIPE_MODE 0x10 |
-// ENUMERATE_DEVICE_INTERFACE 0x1 (hvsock.md §1.2).
+// ENUMERATE_DEVICE_INTERFACE 0x1 (docs/protocol/hvsock.md §1.2).
 const hvSockChnFlags = 0x2011
 
 // writeDevice creates the device's directory and, last, the symlink

@@ -4,7 +4,7 @@ package sim
 // vSwitch carries them in the frame; the guest sees them only as a VLAN
 // per-packet info), the flow tuple RSS hashes, receive checksum
 // verification, transmit checksum offload and LSOv2 segmentation
-// (netvsc.md §2.7, §3.4, §7 host 7–8). Frames are plain Ethernet frames
+// (docs/protocol/netvsc.md §2.7, §3.4, §7 host 7–8). Frames are plain Ethernet frames
 // without FCS.
 
 import (
@@ -129,7 +129,7 @@ func transport(proto uint8, p []byte) uint8 {
 }
 
 // rssInput hashes a frame's flow the NDIS way for the hash types enabled
-// (netvsc.md §3.6): a 4-tuple when the transport's type is enabled (TCP:
+// (docs/protocol/netvsc.md §3.6): a 4-tuple when the transport's type is enabled (TCP:
 // TCP_IPV4/TCP_IPV6; UDP: UDP_IPV4/UDP_IPV6), otherwise the 2-tuple when
 // the IP type is. ok is false when no enabled type applies; typ is the
 // type used, for the hash-info per-packet info.
@@ -179,7 +179,7 @@ func pseudoSum(fl *flow, proto uint8, l4len int) uint32 {
 }
 
 // rxChecksum verifies a frame's checksums as the host does before
-// delivery and returns the receive checksum info (netvsc.md §3.4).
+// delivery and returns the receive checksum info (docs/protocol/netvsc.md §3.4).
 func rxChecksum(f []byte) rndis.RxChecksum {
 	fl := parseFlow(f)
 	if !fl.ip {
@@ -269,7 +269,7 @@ func applyTxChecksum(f []byte, c rndis.TxChecksum) error {
 }
 
 // checkLSO validates a guest's LSOv2 request against its frame the way
-// the host does before segmenting it (netvsc.md §7 host 8).
+// the host does before segmenting it (docs/protocol/netvsc.md §7 host 8).
 func checkLSO(f []byte, l rndis.LSOInfo, maxPayload int) (flow, error) {
 	fl := parseFlow(f)
 	switch {
@@ -301,7 +301,7 @@ func checkLSO(f []byte, l rndis.LSOInfo, maxPayload int) (flow, error) {
 // their own IP lengths, IPv4 ids, sequence numbers, flags and checksums,
 // appending each to out via add (which returns the buffer to write the
 // next segment into, or nil to stop). Whatever pseudo-header seed or IP
-// length the guest left in the frame (Linux and DPDK differ, netvsc.md §8
+// length the guest left in the frame (Linux and DPDK differ, docs/protocol/netvsc.md §8
 // question 7) is recomputed.
 func segmentLSO(f []byte, fl flow, mss int, add func(n int) []byte) {
 	thl := int(f[fl.l4off+12]>>4) * 4

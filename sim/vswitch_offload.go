@@ -4,11 +4,11 @@ package sim
 // Hyper-V's vSwitch hands a guest's large send (LSOv2) to a physical NIC
 // that does large send itself, and its checksum requests to a NIC that
 // computes checksums, and cuts the frame or computes the checksums only
-// for a port that cannot (netvsc.md §3.4). A port that can implements
+// for a port that cannot (docs/protocol/netvsc.md §3.4). A port that can implements
 // OffloadPort: a kernel TAP with a virtio-net header does (the kernel
 // finishes the checksum and cuts the segments only if the frame leaves
 // through a device that needs them). Every check the host makes on a
-// large send or a checksum request (netvsc.md §7 host 8) is made either
+// large send or a checksum request (docs/protocol/netvsc.md §7 host 8) is made either
 // way, before the frame reaches the port.
 
 import (
@@ -69,7 +69,7 @@ func (n *NIC) offloadPort() OffloadPort {
 }
 
 // fillLSOLength sets a large send's IP length where the guest left it 0
-// (Linux does, netvsc.md §3.4): the host takes the frame's length.
+// (Linux does, docs/protocol/netvsc.md §3.4): the host takes the frame's length.
 func fillLSOLength(f []byte) {
 	if len(f) < ethHeaderLen+ipv6Header {
 		return

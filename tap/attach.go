@@ -54,7 +54,7 @@ func PumpObserved(ctx context.Context, src PacketSource, dst PacketSink, burst i
 }
 
 // SteeredSink transmits on a NIC, each frame on the queue the host's send
-// indirection table picks for its flow (netvsc.md §2.8). Not safe for
+// indirection table picks for its flow (docs/protocol/netvsc.md §2.8). Not safe for
 // concurrent use (one per forwarding goroutine).
 type SteeredSink struct {
 	NIC   *netvsc.NIC

@@ -88,7 +88,7 @@ type Device struct {
 // Create creates a multi-queue TAP (IFF_TAP|IFF_MULTI_QUEUE|IFF_NO_PI,
 // one fd per queue), sets its MAC and MTU, moves it into cfg.Netns and
 // brings it up. The device is not persistent: it disappears when the
-// last fd closes, so a crashed daemon leaves nothing behind (ecosystem.md
+// last fd closes, so a crashed daemon leaves nothing behind (docs/protocol/ecosystem.md
 // §3.1); Close also deletes it explicitly.
 func Create(cfg Config) (*Device, error) {
 	if cfg.Queues <= 0 {

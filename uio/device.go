@@ -22,7 +22,7 @@ type Options struct {
 	// RingSizes, when either is non-zero, is sent right after connect as
 	// the 8-byte first message (u32 outbound, u32 inbound ring size in
 	// bytes, little-endian). Only the simulator's hv_sock channel devices
-	// take it (DESIGN.md); on a character device it is an error.
+	// take it (docs/uio-contract.md §7.3); on a character device it is an error.
 	RingSizes [2]uint32
 
 	// HelloTimeout bounds the wait for the simulator's hello (connect
@@ -242,7 +242,7 @@ func (d *Device) read(op string, block bool) (count uint32, changed bool, err er
 	case pollErr != nil:
 		// The netpoller reports an EPOLLERR-only event as "not
 		// pollable" without calling us; on /dev/uioN that is the
-		// rescind (uio_poll; vmbus-uio.md §1.5).
+		// rescind (uio_poll; docs/protocol/vmbus-ring.md §1.5).
 		return newest, changed, fmt.Errorf("uio: %s %s: %w (%w)", op, d.path, ErrRescinded, pollErr)
 	case ioErr != nil:
 		return newest, changed, d.ioError(op, ioErr)
@@ -285,7 +285,7 @@ func (r *drain) run(fd uintptr) bool {
 }
 
 // IRQControl writes the 4-byte irqcontrol value, 1 to enable interrupts or
-// 0 to disable them. What that does depends on the kernel (vmbus-uio.md
+// 0 to disable them. What that does depends on the kernel (docs/protocol/vmbus-ring.md
 // §1.4): 1 also signals the host on a channel without a monitor.
 func (d *Device) IRQControl(enable bool) error {
 	if d.closed.Load() {
@@ -302,7 +302,7 @@ func (d *Device) IRQControl(enable bool) error {
 }
 
 // Close unmaps every map and closes the node, which closes the channel
-// (the last close of /dev/uioN; vmbus-uio.md §1.6). A Wait blocked in
+// (the last close of /dev/uioN; docs/protocol/vmbus-ring.md §1.6). A Wait blocked in
 // another goroutine returns an error matching os.ErrClosed and
 // net.ErrClosed. Close is idempotent: later calls return the first result.
 func (d *Device) Close() error {
@@ -344,9 +344,9 @@ func (d *Device) ioError(op string, err error) error {
 }
 
 // isRescind reports whether err means the device is gone: EIO from
-// /dev/uioN after a rescind (uio.c uio_read/uio_write; vmbus-uio.md §1.9),
+// /dev/uioN after a rescind (uio.c uio_read/uio_write; docs/protocol/vmbus-ring.md §1.9),
 // ENODEV once the device is unregistered, and end-of-file, ECONNRESET or
-// EPIPE on the simulator's socket (DESIGN.md).
+// EPIPE on the simulator's socket (docs/uio-contract.md §3.5).
 func isRescind(err error) bool {
 	for _, e := range []error{unix.EIO, unix.ENODEV, unix.ECONNRESET, unix.EPIPE, io.EOF} {
 		if errors.Is(err, e) {

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The simulator's hello (DESIGN.md, "The uio contract the simulator
-// serves"): "VMBUSUIO", u32 version, u32 map count, little-endian, with one
+// The simulator's hello (docs/uio-contract.md §3.2):
+// "VMBUSUIO", u32 version, u32 map count, little-endian, with one
 // SCM_RIGHTS descriptor per map.
 const (
 	helloMagic   = "VMBUSUIO"
@@ -25,7 +25,7 @@ const (
 // Open opens the device node of info, R/dev/uioN, and maps every map.
 //
 // On a real system the node is the kernel's character device: it is opened
-// non-blocking and map K is mmapped at offset K pages (vmbus-uio.md §1.2).
+// non-blocking and map K is mmapped at offset K pages (docs/protocol/vmbus-ring.md §1.2).
 // In the simulator it is a SOCK_SEQPACKET socket: Open connects, sends
 // opts.RingSizes if set, receives the hello with one descriptor per map and
 // maps each from offset 0. Either way opening is what opens the channel.

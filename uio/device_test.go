@@ -20,7 +20,7 @@ import (
 )
 
 // testHost plays the simulator's side of the uio socket contract
-// (DESIGN.md): a unixpacket listener at R/dev/uio0 and one memfd per map.
+// (docs/uio-contract.md §3.2): a unixpacket listener at R/dev/uio0 and one memfd per map.
 type testHost struct {
 	root string
 	info Info

@@ -12,7 +12,7 @@ import (
 )
 
 // Map is one memory region of a UIO device, read from maps/mapK in sysfs
-// (uio.c map_*_show; vmbus-uio.md §1.2).
+// (uio.c map_*_show; docs/protocol/vmbus-ring.md §1.2).
 type Map struct {
 	Index  int    // K in maps/mapK; on a character device it is mapped at offset K*page size
 	Name   string // maps/mapK/name, trimmed; "" when the file is absent
@@ -23,7 +23,7 @@ type Map struct {
 
 // Map name kinds for the NIC receive and send buffers. uio_hv_generic names
 // those maps "recv:%u" and "send:%u" with the GPADL handle in decimal
-// (hv_uio_probe; vmbus-uio.md §1.2).
+// (hv_uio_probe; docs/protocol/vmbus-ring.md §1.2).
 const (
 	GPADLRecv = "recv"
 	GPADLSend = "send"

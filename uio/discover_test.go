@@ -19,7 +19,7 @@ type fakeMap struct {
 	size uint64
 }
 
-// nicMaps are the five maps uio_hv_generic gives a NIC (vmbus-uio.md §1.2),
+// nicMaps are the five maps uio_hv_generic gives a NIC (docs/protocol/vmbus-ring.md §1.2),
 // shrunk.
 var nicMaps = []fakeMap{
 	{"txrx_rings", 4 * 4096},

@@ -7,13 +7,13 @@
 //
 //   - discovery: R/sys/class/uio/uioN and a device's uio/uioN directory,
 //     with name, version and maps/mapK/{name,addr,size,offset}
-//     (vmbus-uio.md §1.2); the root R is "/" on a real system and a
+//     (docs/protocol/vmbus-ring.md §1.2); the root R is "/" on a real system and a
 //     simulator's directory in tests;
 //   - the device node R/dev/uioN, which is either the kernel's character
-//     device or the simulated host's SOCK_SEQPACKET socket (DESIGN.md, "The
-//     uio contract the simulator serves"); the two are told apart with stat;
+//     device or the simulated host's SOCK_SEQPACKET socket (docs/uio-contract.md
+//     §3); the two are told apart with stat;
 //   - mmap of every map (MAP_SHARED), the 4-byte cumulative interrupt count
-//     read (§1.5), the 4-byte irqcontrol write (§1.4), rescind (§1.9);
+//     read (docs/protocol/vmbus-ring.md §1.5), the 4-byte irqcontrol write (§1.4), rescind (§1.9);
 //   - sub-channel ring files, channels/<relid>/ring (§1.7).
 //
 // It knows nothing of VMBus: map names, ring layout and signalling rules

@@ -8,7 +8,7 @@ import (
 
 // ErrRescinded reports that the device went away: the host rescinded the
 // channel or the device was removed. On a real device it stands for EIO from
-// read or write and EPOLLERR from poll (vmbus-uio.md §1.9); on the
+// read or write and EPOLLERR from poll (docs/protocol/vmbus-ring.md §1.9); on the
 // simulator's socket for end-of-file, ECONNRESET and EPIPE. The mappings must
 // not be used any more; Close the Device and wait for a new offer.
 var ErrRescinded = errors.New("uio: device rescinded")

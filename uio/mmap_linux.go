@@ -13,7 +13,7 @@ import (
 
 // charMapOffset is the mmap offset of map index on /dev/uioN: the uio core
 // takes the map index from vm_pgoff, so map K is at K pages (uio.c
-// uio_mmap; vmbus-uio.md §1.2).
+// uio_mmap; docs/protocol/vmbus-ring.md §1.2).
 func charMapOffset(index int) int64 { return int64(index) * int64(os.Getpagesize()) }
 
 // mapLen returns size rounded up to whole pages, the length to mmap for a

@@ -11,7 +11,7 @@ import (
 )
 
 // RingFile is a sub-channel's ring pair mapped from its sysfs file,
-// R/sys/bus/vmbus/devices/<guid>/channels/<relid>/ring (vmbus-uio.md §1.7).
+// R/sys/bus/vmbus/devices/<guid>/channels/<relid>/ring (docs/protocol/vmbus-ring.md §1.7).
 // Close must not race with users of Mem; otherwise it is safe for concurrent
 // use.
 type RingFile struct {
@@ -26,7 +26,7 @@ type RingFile struct {
 }
 
 // OpenRingFile maps a ring file whole, shared and read-write, from offset
-// 0. Its size comes from fstat, never from a constant (vmbus-uio.md §1.3);
+// 0. Its size comes from fstat, never from a constant (docs/protocol/vmbus-ring.md §1.3);
 // it must be a non-zero multiple of two pages, one ring pair.
 func OpenRingFile(path string) (*RingFile, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)

@@ -13,7 +13,7 @@ import (
 
 // Device is a VMBus device as sysfs shows it under
 // R/sys/bus/vmbus/devices/<instance-guid> (vmbus_drv.c vmbus_dev_attrs;
-// vmbus-uio.md §1.10, §3.1). It is a snapshot: sub-channels and the uio node
+// docs/protocol/vmbus-ring.md §1.10, §3.1). It is a snapshot: sub-channels and the uio node
 // come and go, so re-read with LookupDevice or ReadChannels. The zero value
 // is not a device.
 type Device struct {
@@ -31,7 +31,7 @@ type Device struct {
 }
 
 // ChannelInfo is one channel of a device, channels/<relid>/
-// (vmbus_drv.c vmbus_chan_attrs; vmbus-uio.md §1.7).
+// (vmbus_drv.c vmbus_chan_attrs; docs/protocol/vmbus-ring.md §1.7).
 type ChannelInfo struct {
 	RelID        uint32
 	SubchannelID int    // subchannel_id: 0 for the primary; -1 when unreadable (not yet opened)
@@ -40,7 +40,7 @@ type ChannelInfo struct {
 	RingPath     string // channels/<relid>/ring
 	// HasRing reports that the ring file exists and opens read-write. The
 	// kernel shows it only once uio_hv_generic has opened the channel, and
-	// never if that failed (vmbus-uio.md §1.8), so poll for it.
+	// never if that failed (docs/protocol/vmbus-ring.md §1.8), so poll for it.
 	HasRing bool
 }
 

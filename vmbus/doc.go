@@ -6,7 +6,7 @@
 //   - GUIDs in canonical, braced (sysfs) and mixed-endian wire form;
 //   - device discovery (class_id, device_id, id, monitor_id, numa_node,
 //     channels/) under a root directory;
-//   - the ring buffer exactly as vmbus-uio.md §2 describes it: header
+//   - the ring buffer exactly as docs/protocol/vmbus-ring.md §2 describes it: header
 //     words, packet descriptor, 8-byte padding and trailer, wrap-around
 //     without a double mapping, the never-completely-full rule; OutRing and
 //     InRing keep private cursors so a batch costs one index store and one

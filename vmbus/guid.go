@@ -11,7 +11,7 @@ import (
 // GUID is a VMBus GUID held in canonical (RFC 4122 text) byte order: the
 // bytes appear in the order the hex digits are printed. The VMBus wire and
 // memory layout is Microsoft's mixed-endian form (first three fields
-// little-endian; vmbus-uio.md §4); use Wire/GUIDFromWire to convert.
+// little-endian; docs/protocol/vmbus-ring.md §4); use Wire/GUIDFromWire to convert.
 //
 // The zero value is the nil GUID. GUID is comparable and usable as a map key.
 type GUID [16]byte
@@ -89,7 +89,7 @@ func (g *GUID) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Well-known device class GUIDs (include/linux/hyperv.h; vmbus-uio.md §4).
+// Well-known device class GUIDs (include/linux/hyperv.h; docs/protocol/vmbus-ring.md §4).
 var (
 	ClassNetwork       = MustParseGUID("f8615163-df3e-46c5-913f-f2d2f965ed0e")
 	ClassSCSI          = MustParseGUID("ba6163d9-04a1-4d29-b605-72e2ffb1dc7f")
@@ -146,7 +146,7 @@ func ClassName(class GUID) string {
 }
 
 // hvSockTemplate is the service-id template for hv_sock ports:
-// <port:u32>-facb-11e6-bd58-64006a7986d3 (hyperv_transport.c; hvsock.md).
+// <port:u32>-facb-11e6-bd58-64006a7986d3 (hyperv_transport.c; docs/protocol/hvsock.md).
 var hvSockTemplate = MustParseGUID("00000000-facb-11e6-bd58-64006a7986d3")
 
 // HvSockServiceID returns the service GUID for an hv_sock port.

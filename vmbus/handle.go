@@ -83,8 +83,8 @@ func Open(dev Device, opts Options) (*Handle, error) {
 	if opts.RingSizes != [2]uint32{} {
 		// An hv_sock opener's rings are the sizes it asks for, clamped
 		// as the host clamps them: map 0 is sized at the open, so what
-		// sysfs listed before it is stale (DESIGN.md, "The hv_sock
-		// opener's ring sizes").
+		// sysfs listed before it is stale (docs/uio-contract.md
+		// §7.3).
 		want := uint64(ClampHvSockRing(opts.RingSizes[0]) + ClampHvSockRing(opts.RingSizes[1]))
 		for i := range info.Maps {
 			if info.Maps[i].Name == "txrx_rings" {
@@ -128,7 +128,7 @@ func Open(dev Device, opts Options) (*Handle, error) {
 
 // ClampHvSockRing applies hyperv_transport.c's bounds to an hv_sock
 // opener's ring size (header page included): rounded up to 4 KiB pages,
-// then clamped to 24 KiB .. 256 KiB (hvsock.md §1.4).
+// then clamped to 24 KiB .. 256 KiB (docs/protocol/hvsock.md §1.4).
 func ClampHvSockRing(n uint32) int {
 	const lo, hi = 6 * HyperVPageSize, 64 * HyperVPageSize
 	v := (int(n) + HyperVPageSize - 1) &^ (HyperVPageSize - 1)

@@ -9,7 +9,7 @@ import (
 )
 
 // Kernel describes how the running uio_hv_generic behaves; the semantics
-// changed three times (vmbus-uio.md §1.4-1.5, DESIGN.md kernel profiles).
+// changed three times (docs/protocol/vmbus-ring.md §1.4-1.5, docs/uio-contract.md §1.2).
 // There is no sysfs feature flag, so it is derived from the kernel release.
 type Kernel struct {
 	Release string

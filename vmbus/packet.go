@@ -6,7 +6,7 @@ import (
 )
 
 // PacketType is the vmpacket_descriptor type (include/linux/hyperv.h
-// enum vmbus_packet_type; vmbus-uio.md §2.2).
+// enum vmbus_packet_type; docs/protocol/vmbus-ring.md §2.2).
 type PacketType uint16
 
 // Packet types that occur on channels. Any other type read from a ring is a
@@ -195,7 +195,7 @@ func AppendTransferRange(dst []byte, count, offset uint32) []byte {
 }
 
 // checkHeader validates the type-specific header of a copied packet
-// (vmbus-uio.md §2.5: openvmm parse_packet and Linux netvsc hardening).
+// (docs/protocol/vmbus-ring.md §2.5: openvmm parse_packet and Linux netvsc hardening).
 func checkHeader(p *Packet) *CorruptError {
 	switch p.Type {
 	case PacketTransferPage:

@@ -8,7 +8,7 @@ import (
 
 // A VMBus ring is one direction of a channel: a header page of control words
 // followed by a data area used as a circular byte buffer of packets
-// (vmbus-uio.md §2). Each packet is a 16-byte descriptor, header, payload,
+// (docs/protocol/vmbus-ring.md §2). Each packet is a 16-byte descriptor, header, payload,
 // zero padding to 8 bytes, and an 8-byte trailer holding its start offset.
 //
 //	header page (system page size)        data area (dsize bytes)
@@ -265,7 +265,7 @@ func (o *OutRing) WriteRaw(pkt []byte) error {
 // Commit publishes every packet written since the last Commit and reports
 // whether the reader must be signalled: only when the ring was empty before
 // this batch and the reader's interrupt mask is clear (ring_buffer.c
-// hv_signal_on_write; vmbus-uio.md §2.4).
+// hv_signal_on_write; docs/protocol/vmbus-ring.md §2.4).
 func (o *OutRing) Commit() (signal bool) {
 	if o.next == o.committed || o.err != nil {
 		return false
@@ -457,7 +457,7 @@ func (i *InRing) Read(buf []byte) (Packet, error) {
 // Commit publishes the read index after the packets read so far and reports
 // whether the writer must be signalled: only when the writer advertised
 // pending_send_sz and this batch moved the free space from not enough to
-// enough (ring_buffer.c hv_pkt_iter_close; vmbus-uio.md §2.4). The mask is
+// enough (ring_buffer.c hv_pkt_iter_close; docs/protocol/vmbus-ring.md §2.4). The mask is
 // not consulted.
 func (i *InRing) Commit() (signal bool) {
 	if i.next == i.committed || i.err != nil {

@@ -6,7 +6,7 @@ import (
 )
 
 // ringControl is the start of struct hv_ring_buffer (include/linux/hyperv.h;
-// vmbus-uio.md §2.1). Every field is shared with the peer and is only ever
+// docs/protocol/vmbus-ring.md §2.1). Every field is shared with the peer and is only ever
 // touched through sync/atomic: each store is one 4-byte access, and Go's
 // atomics are sequentially consistent, which gives the full barriers the
 // signalling rules need between publishing an index and reading the peer's

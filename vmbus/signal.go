@@ -11,7 +11,7 @@ type Signaler interface {
 	Signal() error
 }
 
-// Monitor page layout (struct hv_monitor_page; vmbus-uio.md §3.2).
+// Monitor page layout (struct hv_monitor_page; docs/protocol/vmbus-ring.md §3.2).
 const (
 	MonitorPageSize      = 4096
 	monitorTriggerGroups = 0x008 // [4]{pending u32, armed u32}

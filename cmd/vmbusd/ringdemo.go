@@ -169,7 +169,7 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// shmDir is where simulated roots go: tmpfs, as DESIGN.md asks.
+// shmDir is where simulated roots go: tmpfs, as docs/uio-contract.md §1.1 asks.
 func shmDir() string {
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		return "/dev/shm"

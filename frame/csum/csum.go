@@ -9,12 +9,12 @@ import (
 
 // Add adds b to a running one's-complement sum (big-endian 16-bit words;
 // an odd last byte is padded with zero). The result is folded to 16 bits
-// (RFC 1071 §2: the sum may be folded at any point), so callers may add a
+// (a one's-complement sum may be folded at any point), so callers may add a
 // few small values to it (a protocol number, a length) without overflow.
 //
 // It sums 32 bytes per iteration as four 64-bit words with carries, in
 // the machine's byte order (the one's-complement sum is byte-order
-// independent up to a final swap, RFC 1071 §2(B)): about 5x the 16-bit
+// independent up to a final swap): about 5x the 16-bit
 // loop.
 func Add(sum uint32, b []byte) uint32 {
 	// Summed as little-endian words and swapped back at the end.

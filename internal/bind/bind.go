@@ -212,7 +212,7 @@ func bindSteps(ctx context.Context, root string, dev vmbus.Device, rec Record, o
 
 // unbindFrom unbinds the device from its current driver, if any, and waits
 // until the driver link is gone (binding right after an unbind can fail
-// with EBUSY; ecosystem.md §1.7).
+// with EBUSY; docs/protocol/ecosystem.md §1.7).
 func unbindFrom(ctx context.Context, root string, dev vmbus.Device, opts Options) error {
 	cur, err := driverOf(dev.Path)
 	if err != nil || cur == "" {

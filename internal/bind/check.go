@@ -32,7 +32,7 @@ func (s Status) String() string {
 	return "FAIL"
 }
 
-// Item is one row of the checks table (ecosystem.md §1.7).
+// Item is one row of the checks table (docs/protocol/ecosystem.md §1.7).
 type Item struct {
 	Name   string
 	Status Status

@@ -7,7 +7,7 @@
 // Everything works under a root directory R standing for "/": a real system
 // (R = "/") or a simulated host's tree (sim/), whose kernel reacts to the
 // same sysfs writes. Binding is per device, with driver_override
-// (ecosystem.md §1.2-1.3, §1.8; dpdk-devbind's and driverctl's flow):
+// (docs/protocol/ecosystem.md §1.2-1.3, §1.8; dpdk-devbind's and driverctl's flow):
 //
 //	Bind:   resolve -> checks (NIC, module, override attribute, not the
 //	        default-route or SSH interface unless Force) -> record state ->

@@ -15,7 +15,7 @@ import (
 
 // addrList is netlink.AddrList retried once when the dump was interrupted
 // (netlink v1.2.1+ returns partial results with ErrDumpInterrupted;
-// ecosystem.md §3.4).
+// docs/protocol/ecosystem.md §3.4).
 func addrList(link netlink.Link) ([]netlink.Addr, error) {
 	as, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 	if errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -64,7 +64,7 @@ func addrOnLink(ifname string, a netip.Addr) bool {
 }
 
 // setLinkDown sets the interface down before its driver goes (LISA's
-// unbind, ecosystem.md §1.7).
+// unbind, docs/protocol/ecosystem.md §1.7).
 func setLinkDown(ifname string) error {
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {

@@ -35,7 +35,7 @@ func realRoot(root string) bool { return root == "" || filepath.Clean(root) == "
 
 // Resolve finds the VMBus device named by its instance GUID (canonical or
 // braced) or by its kernel interface name (R/sys/class/net/<name>/device,
-// DPDK's recipe, ecosystem.md §1.1). Errors wrap ErrNotFound or
+// DPDK's recipe, docs/protocol/ecosystem.md §1.1). Errors wrap ErrNotFound or
 // ErrNotVMBus.
 func Resolve(root, nameOrGUID string) (vmbus.Device, error) {
 	if root == "" {
@@ -218,7 +218,7 @@ const (
 	ModuleMissing   = "missing"
 )
 
-// moduleState finds uio_hv_generic as dpdk-devbind does (ecosystem.md
+// moduleState finds uio_hv_generic as dpdk-devbind does (docs/protocol/ecosystem.md
 // §1.2, §1.7): /sys/module/<name> or the driver's directory on the bus
 // means loaded; modules.builtin lists it; or its .ko is installed.
 func moduleState(root, release string) string {

@@ -15,7 +15,7 @@ import (
 // with their count), so that it can sit in the tree before every old
 // citation in the code is rewritten. VMBUSD_CITATIONS=enforce or =report
 // in the environment overrides it for one run.
-const enforceCitations = false
+const enforceCitations = true
 
 func citationsEnforced(t *testing.T) bool {
 	switch v := os.Getenv("VMBUSD_CITATIONS"); v {

@@ -3,12 +3,12 @@ package nvsp
 import "github.com/vmbusd/vmbusd/netvsc/protoerr"
 
 // NVSP messages of NVSP 4 and later for accelerated networking and
-// multi-queue (netvsc.md §2.8, §2.9): VF association, data-path switch,
+// multi-queue (docs/protocol/netvsc.md §2.8, §2.9): VF association, data-path switch,
 // sub-channels, the send indirection table.
 
 // VFAssociation is SEND_VF_ASSOCIATION (128), host to guest: Allocated
 // is 1 when a VF is present and Serial (its PCI slot name in the guest) is
-// valid, 0 when it was removed (netvsc.md §2.9).
+// valid, 0 when it was removed (docs/protocol/netvsc.md §2.9).
 type VFAssociation struct {
 	Allocated uint32 // @4
 	Serial    uint32 // @8
@@ -34,7 +34,7 @@ func (m *VFAssociation) Unmarshal(b []byte) error {
 
 // SwitchDataPath is SWITCH_DATA_PATH (129): guest to host to move
 // traffic, host to guest to report that it moved back to synthetic. Its
-// completion carries no payload at all (netvsc.md §2.9).
+// completion carries no payload at all (docs/protocol/netvsc.md §2.9).
 type SwitchDataPath struct {
 	ActiveDataPath uint32 // @4: DataPathSynthetic or DataPathVF
 }
@@ -56,7 +56,7 @@ func (m *SwitchDataPath) Unmarshal(b []byte) error {
 }
 
 // SubchannelRequest is SUBCHANNEL (133) from the guest: allocate Count
-// sub-channels (queues - 1), with completion requested (netvsc.md §2.8).
+// sub-channels (queues - 1), with completion requested (docs/protocol/netvsc.md §2.8).
 type SubchannelRequest struct {
 	Op    uint32 // @4: SubchannelAllocate
 	Count uint32 // @8
@@ -82,7 +82,7 @@ func (m *SubchannelRequest) Unmarshal(b []byte) error {
 
 // SubchannelComplete is the host's completion of SUBCHANNEL, which
 // reuses type 133: Count is the number actually allocated. Linux fails if
-// it exceeds the request; DPDK uses it (netvsc.md §2.8).
+// it exceeds the request; DPDK uses it (docs/protocol/netvsc.md §2.8).
 type SubchannelComplete struct {
 	Status Status // @4
 	Count  uint32 // @8
@@ -108,7 +108,7 @@ func (m *SubchannelComplete) Unmarshal(b []byte) error {
 
 // IndirectionTable is SEND_INDIRECTION_TABLE (134), host to guest once
 // all sub-channels are open: TX queue for a flow = Table[hash & 15]
-// (netvsc.md §2.8). Entries are sub-channel indices as the host sent them;
+// (docs/protocol/netvsc.md §2.8). Entries are sub-channel indices as the host sent them;
 // the guest checks them against its channel count before use.
 type IndirectionTable struct {
 	// Offset is where the table starts, from the start of the message (@8).
@@ -143,7 +143,7 @@ func (m *IndirectionTable) Unmarshal(b []byte) error {
 }
 
 // UnmarshalVersion is Unmarshal with Linux's workaround for a host bug
-// (netvsc.md §2.8, L-n netvsc_send_table): at NVSP 6 and below the offset
+// (docs/protocol/netvsc.md §2.8, L-n netvsc_send_table): at NVSP 6 and below the offset
 // may be wrong, so when b is long enough to hold the table at offset 40
 // (4 + sizeof(union nvsp_6_message_uber)) the table is read there instead.
 func (m *IndirectionTable) UnmarshalVersion(b []byte, version uint32) error {

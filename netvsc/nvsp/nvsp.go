@@ -10,7 +10,7 @@ import (
 
 // NVSP (Network VSP protocol) is the first layer inside a netvsc VMBus
 // packet: a u32 message type at offset 0 followed by fixed fields
-// (netvsc.md §2.4; Linux hyperv_net.h packed structs, DPDK hn_nvs.h).
+// (docs/protocol/netvsc.md §2.4; Linux hyperv_net.h packed structs, DPDK hn_nvs.h).
 //
 //	guest                                         host
 //	INIT{v,v}                     (RC)  ->
@@ -30,7 +30,7 @@ import (
 // (PACKET_SIZE_V1) except the send indirection table. Linux always sends
 // sizeof(struct nvsp_message) = 40 bytes and DPDK's request structs are 40
 // bytes; openvmm sends 28 below NVSP 6.1 and 40 at 6.1, and accepts either
-// (netvsc.md §2.1, §7 host 1). So every Marshal here emits MessageSize
+// (docs/protocol/netvsc.md §2.1, §7 host 1). So every Marshal here emits MessageSize
 // (40) bytes, zero padded — a size every host and guest accepts and a
 // multiple of 8, so the VMBus packet needs no extra padding — with two
 // exceptions: SEND_RNDIS_PKT_COMPLETE is 8 bytes (header + status, exactly
@@ -42,7 +42,7 @@ import (
 
 var le = binary.LittleEndian
 
-// NVSP protocol versions (netvsc.md §2.1; Linux NVSP_PROTOCOL_VERSION_*,
+// NVSP protocol versions (docs/protocol/netvsc.md §2.1; Linux NVSP_PROTOCOL_VERSION_*,
 // DPDK NVS_VERSION_*, openvmm make_version(major, minor) = major<<16|minor).
 const (
 	Version1  uint32 = 0x00000002
@@ -55,13 +55,13 @@ const (
 
 // Versions returns the versions a guest offers, in the order Linux and
 // DPDK try them: highest first, one INIT{min=max=v} per version, stopping
-// at the first SUCCESS (netvsc.md §2.5).
+// at the first SUCCESS (docs/protocol/netvsc.md §2.5).
 func Versions() []uint32 {
 	return []uint32{Version61, Version6, Version5,
 		Version4, Version2, Version1}
 }
 
-// NDIS versions announced in SEND_NDIS_VER (netvsc.md §2.5 step 3).
+// NDIS versions announced in SEND_NDIS_VER (docs/protocol/netvsc.md §2.5 step 3).
 const (
 	NDISVersion61  uint32 = 0x00060001 // NDIS 6.1, for NVSP <= 4
 	NDISVersion630 uint32 = 0x0006001e // NDIS 6.30, for NVSP >= 5
@@ -76,7 +76,7 @@ func NDISVersionFor(nvspVersion uint32) uint32 {
 	return NDISVersion61
 }
 
-// NVSP message sizes (netvsc.md §2.1; openvmm protocol.rs PACKET_SIZE_*).
+// NVSP message sizes (docs/protocol/netvsc.md §2.1; openvmm protocol.rs PACKET_SIZE_*).
 const (
 	// MessageSize is the size every Marshal pads to: PACKET_SIZE_V61,
 	// and Linux's sizeof(struct nvsp_message).
@@ -103,7 +103,7 @@ func MessageSizeFor(version uint32) int {
 // Type is the message type, the u32 at offset 0 of every NVSP message.
 type Type uint32
 
-// NVSP message types (netvsc.md §2.2; Linux anonymous enum, DPDK NVS_TYPE_*
+// NVSP message types (docs/protocol/netvsc.md §2.2; Linux anonymous enum, DPDK NVS_TYPE_*
 // names in the comments).
 const (
 	TypeInit                         Type = 1   // NVS_TYPE_INIT; G->H, RC
@@ -167,7 +167,7 @@ func (t Type) String() string {
 
 // TypeAllowed reports whether a host accepts message type t from the
 // guest at negotiated version v, as openvmm's parse_packet gates it
-// (netvsc.md §2.2): INIT always; 100–108 from NVSP 1; 125 from 2; 129 from
+// (docs/protocol/netvsc.md §2.2): INIT always; 100–108 from NVSP 1; 125 from 2; 129 from
 // 4; 131 and 133 from 5. Every other type from a guest is an error there.
 func TypeAllowed(t Type, v uint32) bool {
 	switch {
@@ -185,7 +185,7 @@ func TypeAllowed(t Type, v uint32) bool {
 	return false
 }
 
-// Status is an NVSP completion status (netvsc.md §2.3). Linux and DPDK
+// Status is an NVSP completion status (docs/protocol/netvsc.md §2.3). Linux and DPDK
 // treat anything but StatusSuccess as failure.
 type Status uint32
 
@@ -219,7 +219,7 @@ func (s Status) String() string {
 	return fmt.Sprintf("nvsp status(%d)", uint32(s))
 }
 
-// Buffer ids and the invalid section index (netvsc.md §2.4, §2.6).
+// Buffer ids and the invalid section index (docs/protocol/netvsc.md §2.4, §2.6).
 const (
 	// RecvBufID is the receive-buffer id both guests register (Linux
 	// NETVSC_RECEIVE_BUFFER_ID, DPDK NVS_RXBUF_SIG). Transfer-page packets
@@ -235,14 +235,14 @@ const (
 	NoSection uint32 = 0xffffffff
 )
 
-// RNDIS channel types in SEND_RNDIS_PKT (netvsc.md §2.4; RMC_DATA,
+// RNDIS channel types in SEND_RNDIS_PKT (docs/protocol/netvsc.md §2.4; RMC_DATA,
 // RMC_CONTROL).
 const (
 	RMCData    uint32 = 0
 	RMCControl uint32 = 1
 )
 
-// SEND_NDIS_CONFIG capability bits (netvsc.md §2.5; Linux
+// SEND_NDIS_CONFIG capability bits (docs/protocol/netvsc.md §2.5; Linux
 // nvsp_2_vsc_capability, openvmm NdisConfigCapabilities).
 const (
 	NDISConfigCapVMQ             uint64 = 0x01
@@ -255,16 +255,16 @@ const (
 	NDISConfigCapRSCOverVMBus    uint64 = 0x80
 )
 
-// Data paths in SWITCH_DATA_PATH (netvsc.md §2.4).
+// Data paths in SWITCH_DATA_PATH (docs/protocol/netvsc.md §2.4).
 const (
 	DataPathSynthetic uint32 = 0
 	DataPathVF        uint32 = 1
 )
 
-// SubchannelAllocate is the only SUBCHANNEL operation (netvsc.md §2.4).
+// SubchannelAllocate is the only SUBCHANNEL operation (docs/protocol/netvsc.md §2.4).
 const SubchannelAllocate uint32 = 1
 
-// Limits from netvsc.md §2.5, §2.6, §2.8.
+// Limits from docs/protocol/netvsc.md §2.5, §2.6, §2.8.
 const (
 	// MinSectionSize is the smallest receive sub-allocation or send section
 	// Linux accepts (NETVSC_MTU_MIN = ETH_MIN_MTU, 68).
@@ -282,7 +282,7 @@ const (
 )
 
 // Transaction ids openvmm uses for host-initiated inband packets that set
-// completion-requested (netvsc.md §2.2, §2.9).
+// completion-requested (docs/protocol/netvsc.md §2.2, §2.9).
 const (
 	VFAssociationTransactionID  uint64 = 0x8000000000000000
 	SwitchDataPathTransactionID uint64 = 0x8000000000000001
@@ -353,7 +353,7 @@ func nvspHeader(dst []byte, t Type, n int) ([]byte, []byte) {
 
 // Init is INIT (1): the guest offers a protocol range. Linux and DPDK
 // set Min = Max = the candidate version; openvmm accepts only when Min
-// exactly equals a version it supports (netvsc.md §2.5).
+// exactly equals a version it supports (docs/protocol/netvsc.md §2.5).
 type Init struct {
 	MinVersion uint32 // @4
 	MaxVersion uint32 // @8
@@ -379,7 +379,7 @@ func (m *Init) Unmarshal(b []byte) error {
 
 // InitComplete is INIT_COMPLETE (2), the host's answer to INIT.
 // openvmm sends NegotiatedVersion 0xFFFFFFFF (2 when V1 is chosen) and
-// MaxMDLChainLen 34 (netvsc.md §2.4).
+// MaxMDLChainLen 34 (docs/protocol/netvsc.md §2.4).
 type InitComplete struct {
 	NegotiatedVersion uint32 // @4, deprecated
 	MaxMDLChainLen    uint32 // @8
@@ -442,7 +442,7 @@ func (m *NDISVersion) Unmarshal(b []byte) error {
 // NDISConfig is SEND_NDIS_CONFIG (125). MTU includes the 14-byte
 // Ethernet header (Linux ndev->mtu + ETH_HLEN); Capabilities holds
 // NDISConfigCap* bits. openvmm replaces an MTU outside 1514..9216 with
-// 1514 (netvsc.md §2.4, §2.5).
+// 1514 (docs/protocol/netvsc.md §2.4, §2.5).
 type NDISConfig struct {
 	MTU          uint32 // @4
 	Capabilities uint64 // @12 (a reserved u32 sits at @8)
@@ -502,7 +502,7 @@ type RecvBufSection struct {
 }
 
 // RecvBufComplete is SEND_RECV_BUF_COMPLETE (102). Only one section
-// fits in the message; guests require NumSections == 1 (netvsc.md §2.4).
+// fits in the message; guests require NumSections == 1 (docs/protocol/netvsc.md §2.4).
 type RecvBufComplete struct {
 	Status      Status // @4
 	NumSections uint32 // @8
@@ -537,7 +537,7 @@ func (m *RecvBufComplete) Unmarshal(b []byte) error {
 }
 
 // Validate checks the announced section against a receive buffer of
-// bufLen bytes, with the union of Linux's and DPDK's rules (netvsc.md §2.5
+// bufLen bytes, with the union of Linux's and DPDK's rules (docs/protocol/netvsc.md §2.5
 // step 4, §7 guest 3): exactly one section (protoerr.KindSectionCount), at offset 0
 // (protoerr.KindSectionOffset), sub-allocations of at least MinSectionSize bytes
 // (protoerr.KindSectionSize), and at least one of them, all inside the buffer, with
@@ -645,7 +645,7 @@ func (m *SendBufComplete) Unmarshal(b []byte) error {
 }
 
 // SectionCount checks the section size against a send buffer of bufLen
-// bytes and returns how many sections it holds (netvsc.md §2.5: Linux
+// bytes and returns how many sections it holds (docs/protocol/netvsc.md §2.5: Linux
 // requires >= 68, DPDK a non-zero multiple of 4; protoerr.KindSectionSize) — at
 // least one (protoerr.KindSectionFit).
 func (m *SendBufComplete) SectionCount(bufLen int) (int, error) {
@@ -681,7 +681,7 @@ func (m *RevokeSendBuf) Unmarshal(b []byte) error {
 }
 
 // RNDISPacket is SEND_RNDIS_PKT (107), which carries RNDIS messages in
-// both directions (netvsc.md §2.6, §2.7). Guest to host: SectionIndex is
+// both directions (docs/protocol/netvsc.md §2.6, §2.7). Guest to host: SectionIndex is
 // the send-buffer section holding the RNDIS bytes and SectionSize the bytes
 // used in it, or NoSection and 0 when they travel in GPA ranges.
 // Host to guest (in a transfer-page packet): NoSection and 0.
@@ -719,7 +719,7 @@ func (m *RNDISPacket) Unmarshal(b []byte) error {
 // index past the last section is protoerr.KindSectionIndex and a size of 0 or more
 // than a section is protoerr.KindSectionSize. A mixed ("cp_partial") packet names
 // a section and carries GPA ranges too: the host joins the section bytes
-// and the ranges, in that order (netvsc.md §2.7).
+// and the ranges, in that order (docs/protocol/netvsc.md §2.7).
 func (m *RNDISPacket) Section(sectionSize, count uint32) (off, n int, ok bool, err error) {
 	const msg = "SEND_RNDIS_PKT"
 	if m.SectionIndex == NoSection {
@@ -737,7 +737,7 @@ func (m *RNDISPacket) Section(sectionSize, count uint32) (off, n int, ok bool, e
 // RNDISComplete is SEND_RNDIS_PKT_COMPLETE (108), sent in a completion
 // packet with the transaction id of the SEND_RNDIS_PKT it answers: by the
 // guest for every transfer-page packet (data and control), by the host for
-// every guest send (netvsc.md §2.6, §2.7).
+// every guest send (docs/protocol/netvsc.md §2.6, §2.7).
 type RNDISComplete struct {
 	Status Status // @4
 }

@@ -312,7 +312,7 @@ func TestSendBufCompleteSectionCount(t *testing.T) {
 	m := SendBufComplete{StatusSuccess, 6144}
 	n, err := m.SectionCount(16 << 20)
 	if err != nil || n != 2730 {
-		t.Fatalf("16 MiB / 6144 = %d, %v; want 2730 (netvsc.md §2.5)", n, err)
+		t.Fatalf("16 MiB / 6144 = %d, %v; want 2730 (docs/protocol/netvsc.md §2.5)", n, err)
 	}
 	for _, c := range []struct {
 		size   uint32

@@ -44,7 +44,7 @@ const (
 	// its type needs (4 bytes for every type this package reads).
 	KindPPIData
 	// KindSectionCount: a receive-buffer completion announcing other than
-	// exactly one section (netvsc.md §2.4, §2.5).
+	// exactly one section (docs/protocol/netvsc.md §2.4, §2.5).
 	KindSectionCount
 	// KindSectionOffset: a receive-buffer section that does not start at
 	// offset 0.

@@ -9,12 +9,12 @@ import (
 
 // OIDs name the objects RNDIS QUERY and SET read and write; the NDIS
 // objects some of them carry start with an NDIS object header {type u8,
-// revision u8, size u16} (netvsc.md §3.5, §3.6).
+// revision u8, size u16} (docs/protocol/netvsc.md §3.5, §3.6).
 
 // OID is an NDIS object identifier.
 type OID uint32
 
-// OIDs (netvsc.md §3.5; the ones marked "rndis.h" are from DPDK's
+// OIDs (docs/protocol/netvsc.md §3.5; the ones marked "rndis.h" are from DPDK's
 // drivers/net/netvsc/rndis.h).
 const (
 	OIDGenSupportedList               OID = 0x00010101
@@ -87,7 +87,7 @@ func (o OID) String() string {
 	return fmt.Sprintf("oid(%#08x)", uint32(o))
 }
 
-// OID_GEN_CURRENT_PACKET_FILTER bits (netvsc.md §3.5; DPDK rndis.h
+// OID_GEN_CURRENT_PACKET_FILTER bits (docs/protocol/netvsc.md §3.5; DPDK rndis.h
 // NDIS_PACKET_TYPE_*).
 const (
 	NDISPacketTypeNone          uint32 = 0x00000000
@@ -108,18 +108,18 @@ const (
 	NDISPacketFilterDefault = NDISPacketTypeDirected | NDISPacketTypeAllMulticast | NDISPacketTypeBroadcast
 )
 
-// OID_GEN_MEDIA_CONNECT_STATUS values (netvsc.md §2.11; DPDK ndis.h).
+// OID_GEN_MEDIA_CONNECT_STATUS values (docs/protocol/netvsc.md §2.11; DPDK ndis.h).
 const (
 	NDISMediaStateConnected    uint32 = 0
 	NDISMediaStateDisconnected uint32 = 1
 )
 
 // HyperVVendorID is the OID_GEN_VENDOR_ID answer: Microsoft's Hyper-V MAC
-// OUI, as vmswitch returns it (netvsc.md §3.5).
+// OUI, as vmswitch returns it (docs/protocol/netvsc.md §3.5).
 const HyperVVendorID uint32 = 0x0000155D
 
 // LinkSpeed is OID_GEN_LINK_SPEED and the LINK_SPEED_CHANGE payload: a u32
-// in units of 100 bps (netvsc.md §2.11).
+// in units of 100 bps (docs/protocol/netvsc.md §2.11).
 type LinkSpeed uint32
 
 // LinkSpeedFromBps converts bits per second, saturating at the largest
@@ -163,7 +163,7 @@ func ParseInfoMAC(info []byte) ([6]byte, error) {
 	return mac, nil
 }
 
-// NDIS object header types (netvsc.md §3.6; DPDK ndis.h NDIS_OBJTYPE_*).
+// NDIS object header types (docs/protocol/netvsc.md §3.6; DPDK ndis.h NDIS_OBJTYPE_*).
 const (
 	NDISObjectTypeDefault         uint8 = 0x80
 	NDISObjectTypeRSSCapabilities uint8 = 0x88
@@ -234,7 +234,7 @@ func appendObject(dst []byte, full []byte, size int) []byte {
 	return dst
 }
 
-// NDIS_OFFLOAD_PARAMETERS revisions and sizes (netvsc.md §3.6).
+// NDIS_OFFLOAD_PARAMETERS revisions and sizes (docs/protocol/netvsc.md §3.6).
 const (
 	NDISOffloadParametersRevision1 = 1
 	NDISOffloadParametersRevision2 = 2
@@ -269,7 +269,7 @@ func OffloadParametersHeader(nvspVersion uint32) NDISObjectHeader {
 }
 
 // OffloadParameters is NDIS_OFFLOAD_PARAMETERS, set through
-// OID_TCP_OFFLOAD_PARAMETERS (netvsc.md §3.6).
+// OID_TCP_OFFLOAD_PARAMETERS (docs/protocol/netvsc.md §3.6).
 type OffloadParameters struct {
 	// Header is written as given; the zero value means
 	// OffloadParametersHeader(nvsp.Version61). Marshal emits
@@ -335,7 +335,7 @@ func (p *OffloadParameters) Unmarshal(b []byte) error {
 	return nil
 }
 
-// NDIS_OFFLOAD revisions and sizes (netvsc.md §3.6).
+// NDIS_OFFLOAD revisions and sizes (docs/protocol/netvsc.md §3.6).
 const (
 	NDISOffloadRevision1 = 1
 	NDISOffloadRevision2 = 2
@@ -360,7 +360,7 @@ func OffloadQueryHeader(nvspVersion uint32) NDISObjectHeader {
 }
 
 // NDIS_OFFLOAD checksum capability bits, for the ChecksumOffload flag
-// fields (netvsc.md §3.6; DPDK ndis.h NDIS_TXCSUM_CAP_*/NDIS_RXCSUM_CAP_*).
+// fields (docs/protocol/netvsc.md §3.6; DPDK ndis.h NDIS_TXCSUM_CAP_*/NDIS_RXCSUM_CAP_*).
 // Linux enables TX checksum only when TCP and TCPOptions are both set.
 const (
 	NDISChecksumCapIPOptions  uint32 = 0x001 // IP4OPT for IPv4, IP6EXT for IPv6
@@ -388,7 +388,7 @@ const (
 	NDISOffloadEncapRFC1483   uint32 = 0x10
 )
 
-// openvmm's LSOv2 limits, which a host simulator advertises (netvsc.md
+// openvmm's LSOv2 limits, which a host simulator advertises (docs/protocol/netvsc.md
 // §3.6).
 const (
 	HostLSOv2MaxSize     = 0xF53C // 62780 bytes
@@ -429,7 +429,7 @@ type LSOv2Offload struct {
 
 // Offload is NDIS_OFFLOAD, the answer to
 // OID_TCP_OFFLOAD_HARDWARE_CAPABILITIES (and CURRENT_CONFIG, and the
-// payload of TASK_OFFLOAD_CURRENT_CONFIG) (netvsc.md §3.6).
+// payload of TASK_OFFLOAD_CURRENT_CONFIG) (docs/protocol/netvsc.md §3.6).
 type Offload struct {
 	// Header is written as given; the zero value means revision 3, 156
 	// bytes. Marshal emits Header.Size bytes.

@@ -79,7 +79,7 @@ func TestOffloadCapabilitiesRoundTripAtEveryRevision(t *testing.T) {
 		if len(b) != int(in.Header.Size) {
 			t.Fatalf("size %d, header says %d", len(b), in.Header.Size)
 		}
-		// Golden offsets from netvsc.md §3.6.
+		// Golden offsets from docs/protocol/netvsc.md §3.6.
 		if le.Uint32(b[8:]) != in.Checksum.IPv4TxFlags || le.Uint32(b[84:]) != HostLSOv2MaxSize || le.Uint32(b[108:]) != 0x77 {
 			t.Fatalf("rev %d: field offsets", in.Header.Revision)
 		}

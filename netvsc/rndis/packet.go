@@ -2,10 +2,10 @@ package rndis
 
 import "github.com/vmbusd/vmbusd/netvsc/protoerr"
 
-// The RNDIS PACKET_MSG (netvsc.md §3.3): the data path's message, one per
+// The RNDIS PACKET_MSG (docs/protocol/netvsc.md §3.3): the data path's message, one per
 // frame, with per-packet info between its header and the frame.
 
-// PacketHeader is the 44-byte header of a PACKET_MSG (netvsc.md
+// PacketHeader is the 44-byte header of a PACKET_MSG (docs/protocol/netvsc.md
 // §3.3). Offsets are relative to byte 8. Both guests lay a message out as
 // header | PPIs | frame, with PerPacketInfoOffset 36 and DataOffset 36 +
 // PPI length; openvmm's receive layout puts the PPIs at 44 and the frame
@@ -159,7 +159,7 @@ const MaxPacketHeaderLen = PacketHeaderSize + maxPacketInfoPPIs*PPIUint32Size
 // PutPacketHeader writes the header and per-packet info of a
 // PACKET_MSG whose frameLen-byte frame follows immediately but is not
 // written here: the GPA-direct path sends these bytes from a header buffer
-// and the frame from its own pages (netvsc.md §2.7). It returns the bytes
+// and the frame from its own pages (docs/protocol/netvsc.md §2.7). It returns the bytes
 // written; the message's MessageLength is that plus frameLen. dst must
 // hold the header (ErrBufferTooSmall). info may be nil.
 func PutPacketHeader(dst []byte, info *PacketInfo, frameLen int) (int, error) {
@@ -200,7 +200,7 @@ func PutPacket(dst []byte, info *PacketInfo, frame []byte) (int, error) {
 
 // PutPacketAt writes a PACKET_MSG with the frame at byte frameOff of
 // the message and MessageLength msgLen, openvmm's receive layout (frame at
-// 256, MessageLength = the sub-allocation size; netvsc.md §2.6). frameOff
+// 256, MessageLength = the sub-allocation size; docs/protocol/netvsc.md §2.6). frameOff
 // must leave room for the header and PPIs, and msgLen for the frame; the
 // bytes between the PPIs and the frame are zeroed, those after the frame
 // are left as they are. It returns msgLen.
@@ -229,7 +229,7 @@ func PutPacketAt(dst []byte, info *PacketInfo, frame []byte, frameOff, msgLen in
 
 // PadMessage pads the RNDIS message at the start of b to a multiple
 // of align bytes before another message is appended after it, as DPDK
-// does when aggregating packets in a send section (netvsc.md §3.7): it
+// does when aggregating packets in a send section (docs/protocol/netvsc.md §3.7): it
 // zeroes the padding and rewrites MessageLength. b must extend at least to
 // the padded end (ErrBufferTooSmall). It returns the new MessageLength.
 func PadMessage(b []byte, align int) (int, error) {

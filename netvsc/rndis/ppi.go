@@ -10,7 +10,7 @@ import (
 // Per-packet info (PPI) is the metadata of a PACKET_MSG: a sequence of
 // elements, each {size u32, type u32, offset u32, data}, where size covers
 // the whole element (a multiple of 4) and offset is where the data starts
-// inside it (12) (netvsc.md §3.3, §3.4). Every type this package reads
+// inside it (12) (docs/protocol/netvsc.md §3.3, §3.4). Every type this package reads
 // carries a u32, so every element it writes is 16 bytes (Linux
 // NDIS_*_PPI_SIZE).
 
@@ -18,7 +18,7 @@ import (
 // (rndis_per_packet_info.internal), of which only PPIPktInfoID exists.
 type PPIType uint32
 
-// PPI types (netvsc.md §3.4; Linux ndis_per_pkt_info_type, DPDK
+// PPI types (docs/protocol/netvsc.md §3.4; Linux ndis_per_pkt_info_type, DPDK
 // NDIS_PKTINFO_TYPE_*).
 const (
 	PPITCPIPChecksum        PPIType = 0 // TCPIP_CHKSUM_PKTINFO: TxChecksum G->H, RxChecksum H->G
@@ -310,7 +310,7 @@ func ParsePacketInfo(area []byte) (PacketInfo, error) {
 
 // TxChecksum is the TCPIP_CHKSUM_PKTINFO a guest sends: which checksums
 // the host should compute, and where the transport header starts
-// (netvsc.md §3.4; DPDK NDIS_TXCSUM_INFO_*).
+// (docs/protocol/netvsc.md §3.4; DPDK NDIS_TXCSUM_INFO_*).
 type TxChecksum uint32
 
 // TxChecksum flags.
@@ -336,7 +336,7 @@ func NewTxChecksum(flags TxChecksum, transportOffset int) TxChecksum {
 func (c TxChecksum) TransportOffset() int { return int(c&txChecksumOffsetMask) >> 16 }
 
 // RxChecksum is the TCPIP_CHKSUM_PKTINFO a host sends with a received
-// frame: what it verified (netvsc.md §3.4; DPDK NDIS_RXCSUM_INFO_*).
+// frame: what it verified (docs/protocol/netvsc.md §3.4; DPDK NDIS_RXCSUM_INFO_*).
 type RxChecksum uint32
 
 // RxChecksum flags.
@@ -356,7 +356,7 @@ const (
 
 // LSOInfo is the TCP_LARGESEND_PKTINFO a guest sends: bits 0–19 MSS, bits
 // 20–29 TCP header offset from the frame start, bit 30 type (1 = LSOv2),
-// bit 31 IPv6 (netvsc.md §3.4; DPDK NDIS_LSO2_INFO_*).
+// bit 31 IPv6 (docs/protocol/netvsc.md §3.4; DPDK NDIS_LSO2_INFO_*).
 type LSOInfo uint32
 
 const (
@@ -390,10 +390,10 @@ func (l LSOInfo) IsV2() bool { return l&lsoIsV2 != 0 }
 func (l LSOInfo) IPv6() bool { return l&lsoIPv6 != 0 }
 
 // VLANInfo is IEEE_8021Q_INFO: bits 0–2 priority, bit 3 CFI/DEI, bits
-// 4–15 VLAN id (netvsc.md §3.4; DPDK NDIS_VLAN_INFO_*). This is not the
+// 4–15 VLAN id (docs/protocol/netvsc.md §3.4; DPDK NDIS_VLAN_INFO_*). This is not the
 // order of an 802.1Q TCI (PCP 13–15, DEI 12, VID 0–11); convert with TCI
 // and VLANInfoFromTCI. Hyper-V drops frames with an in-frame tag, so the
-// tag always travels here (netvsc.md §2.7).
+// tag always travels here (docs/protocol/netvsc.md §2.7).
 type VLANInfo uint32
 
 // NewVLANInfo packs a priority (3 bits), CFI and a 12-bit VLAN id.
@@ -429,7 +429,7 @@ func (v VLANInfo) TCI() uint16 {
 }
 
 // PktInfoID is RNDIS_PKTINFO_ID, which marks RSC fragments: u8 version
-// (1), u8 flags, u16 packet id, little-endian (netvsc.md §3.4).
+// (1), u8 flags, u16 packet id, little-endian (docs/protocol/netvsc.md §3.4).
 type PktInfoID uint32
 
 // PktInfoID version and flags (Linux RNDIS_PKTINFO_*).

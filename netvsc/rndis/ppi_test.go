@@ -9,7 +9,7 @@ import (
 
 func TestVLANInfoBitLayout(t *testing.T) {
 	v := NewVLANInfo(5, true, 0xabc)
-	// bits 0–2 priority, bit 3 CFI, bits 4–15 VLAN id (netvsc.md §3.4)
+	// bits 0–2 priority, bit 3 CFI, bits 4–15 VLAN id (docs/protocol/netvsc.md §3.4)
 	if uint32(v) != 5|1<<3|0xabc<<4 {
 		t.Fatalf("VLANInfo = %#x", uint32(v))
 	}

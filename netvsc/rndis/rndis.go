@@ -8,7 +8,7 @@ import (
 
 // RNDIS rides inside NVSP SEND_RNDIS_PKT: control messages (INITIALIZE,
 // QUERY, SET, ... and their completions, INDICATE_STATUS) and PACKET
-// messages carrying Ethernet frames (netvsc.md §3). Every message starts
+// messages carrying Ethernet frames (docs/protocol/netvsc.md §3). Every message starts
 // with {type u32 @0, MessageLength u32 @4}; MessageLength covers the whole
 // message including padding. Offsets inside messages are relative to byte
 // 8, the first byte after that header:
@@ -25,7 +25,7 @@ import (
 // Type is the RNDIS message type at offset 0.
 type Type uint32
 
-// RNDIS message types (netvsc.md §3.1; DPDK rndis.h REMOTE_NDIS_*_MSG,
+// RNDIS message types (docs/protocol/netvsc.md §3.1; DPDK rndis.h REMOTE_NDIS_*_MSG,
 // openvmm rndisprot.rs). A completion is the request's type | 0x80000000.
 const (
 	TypePacket             Type = 0x00000001
@@ -75,7 +75,7 @@ func (t Type) String() string {
 // indication in INDICATE_STATUS.
 type Status uint32
 
-// RNDIS status codes (netvsc.md §3.2; DPDK rndis.h RNDIS_STATUS_*).
+// RNDIS status codes (docs/protocol/netvsc.md §3.2; DPDK rndis.h RNDIS_STATUS_*).
 const (
 	StatusSuccess        Status = 0x00000000
 	StatusPending        Status = 0x00000103
@@ -91,7 +91,7 @@ const (
 	StatusInvalidOID       Status = 0xC0010017
 )
 
-// Status indications carried by INDICATE_STATUS (netvsc.md §2.11).
+// Status indications carried by INDICATE_STATUS (docs/protocol/netvsc.md §2.11).
 const (
 	StatusMediaConnect    Status = 0x4001000B
 	StatusMediaDisconnect Status = 0x4001000C
@@ -127,7 +127,7 @@ func (s Status) String() string {
 	return fmt.Sprintf("rndis status(%#x)", uint32(s))
 }
 
-// RNDIS INITIALIZE values (netvsc.md §3.2; DPDK rndis.h).
+// RNDIS INITIALIZE values (docs/protocol/netvsc.md §3.2; DPDK rndis.h).
 const (
 	MajorVersion uint32 = 1
 	MinorVersion uint32 = 0
@@ -143,7 +143,7 @@ const (
 	PktAlignDefault = 8
 )
 
-// Fixed sizes of the RNDIS messages (netvsc.md §3.2, §3.3).
+// Fixed sizes of the RNDIS messages (docs/protocol/netvsc.md §3.2, §3.3).
 const (
 	HeaderSize                = 8 // type, MessageLength
 	InitializeSize            = 24
@@ -293,7 +293,7 @@ func (m *Initialize) Unmarshal(b []byte) error {
 // InitializeComplete is INITIALIZE_CMPLT. Its packet limits bound TX
 // aggregation: at most MaxPacketsPerMessage PACKET messages and
 // MaxTransferSize bytes per send, each padded to 1<<PacketAlignmentFactor
-// bytes (netvsc.md §3.7). openvmm returns 8, 0xEFFFFFFF and 3.
+// bytes (docs/protocol/netvsc.md §3.7). openvmm returns 8, 0xEFFFFFFF and 3.
 type InitializeComplete struct {
 	RequestID             uint32 // @8
 	Status                Status // @12

@@ -313,7 +313,7 @@ func TestRNDISPacketRoundTrip(t *testing.T) {
 
 func TestRNDISPacketOpenvmmReceiveLayout(t *testing.T) {
 	// openvmm: PPIs at 44, frame at 256 (DataOffset 248), MessageLength =
-	// sub-allocation size, range length = sub-allocation size (§2.6).
+	// sub-allocation size, range length = sub-allocation size (docs/protocol/netvsc.md §2.6).
 	const subAlloc = 256 + 1514 + 36
 	sub := bytes.Repeat([]byte{0x5a}, subAlloc)
 	var info PacketInfo
@@ -430,7 +430,7 @@ func TestRNDISPacketUnsupportedFields(t *testing.T) {
 
 func TestRNDISPacketAggregationInOneSection(t *testing.T) {
 	// DPDK: pad the previous packet's MessageLength to the alignment and
-	// zero the padding before appending the next (netvsc.md §3.7). The host
+	// zero the padding before appending the next (docs/protocol/netvsc.md §3.7). The host
 	// walks messages by MessageLength.
 	section := bytes.Repeat([]byte{0xff}, 6144)
 	frames := [][]byte{testFrame(61), testFrame(1514), testFrame(99)}

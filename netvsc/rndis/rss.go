@@ -7,7 +7,7 @@ import (
 )
 
 // HashInfo is an NDIS hash function and set of hash types: the
-// hash_information of RSSParameters and the NBL_HASH_INFO PPI (netvsc.md
+// hash_information of RSSParameters and the NBL_HASH_INFO PPI (docs/protocol/netvsc.md
 // §3.4, §3.6; DPDK ndis.h NDIS_HASH_*).
 type HashInfo uint32
 
@@ -33,7 +33,7 @@ func (h HashInfo) Function() HashInfo { return h & NDISHashFunctionMask }
 // Types returns the hash type bits.
 func (h HashInfo) Types() HashInfo { return h & NDISHashTypeMask }
 
-// RSS capability flags, RSSCapabilities.Flags (netvsc.md §3.6; DPDK ndis.h
+// RSS capability flags, RSSCapabilities.Flags (docs/protocol/netvsc.md §3.6; DPDK ndis.h
 // NDIS_RSS_CAP_*). The hash-type bits here are not HashInfo's.
 const (
 	NDISRSSCapsHashToeplitz              uint32 = 0x00000001
@@ -109,7 +109,7 @@ func (c *RSSCapabilities) Unmarshal(b []byte) error {
 	return nil
 }
 
-// RSS parameter flags, RSSParameters.Flags (netvsc.md §3.6).
+// RSS parameter flags, RSSParameters.Flags (docs/protocol/netvsc.md §3.6).
 const (
 	NDISRSSParamFlagBaseCPUUnchanged  uint16 = 0x0001
 	NDISRSSParamFlagHashInfoUnchanged uint16 = 0x0002
@@ -118,7 +118,7 @@ const (
 	NDISRSSParamFlagDisableRSS        uint16 = 0x0010
 )
 
-// RSS parameter revisions, sizes and table limits (netvsc.md §3.6; DPDK
+// RSS parameter revisions, sizes and table limits (docs/protocol/netvsc.md §3.6; DPDK
 // ndis.h).
 const (
 	NDISRSSParamsRevision1 = 1
@@ -257,7 +257,7 @@ func (p *RSSParameters) Unmarshal(b []byte) error {
 }
 
 // Validate applies openvmm's acceptance rules for an RSS set against a
-// host with queues channels (netvsc.md §3.6): turning RSS off is always
+// host with queues channels (docs/protocol/netvsc.md §3.6): turning RSS off is always
 // accepted; otherwise the key must be 40 bytes (protoerr.KindRSSKey), the table
 // non-empty (protoerr.KindRSSTable) and every entry below queues (protoerr.KindRSSEntry).
 // Which hash types a host accepts (an Azure host refused UDP-only with
