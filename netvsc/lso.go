@@ -16,15 +16,6 @@ import (
 // TxOffloads are the transmit offloads the host accepted for this
 // configuration (OID_TCP_OFFLOAD_PARAMETERS): what a frame's Meta may ask
 // for. Without one, the sender finishes the checksums itself.
-type TxOffloads struct {
-	IPv4Checksum               bool // IPv4 header checksum
-	TCP4Checksum, TCP6Checksum bool
-	UDP4Checksum, UDP6Checksum bool
-	// LSO4, LSO6: the largest large send in bytes (the frame, headers
-	// included), 0 when LSOv2 is off for the family.
-	LSO4, LSO6 int
-}
-
 // TxOffloads returns the transmit offloads the host granted.
 func (n *NIC) TxOffloads() TxOffloads {
 	o := n.session().off

@@ -382,8 +382,7 @@ func (q *Queue) rxData(f rxFrame) {
 	}
 	q.freshN--
 	q.fresh[q.freshN] = nil
-	copy(p.buf[p.off:p.off+f.n], s.recv[f.off:f.off+f.n])
-	p.n = f.n
+	copy(p.SetLen(f.n), s.recv[f.off:f.off+f.n])
 	if f.infoOK {
 		applyRxInfo(&p.Meta, &f.info)
 	} else {

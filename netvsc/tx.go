@@ -103,7 +103,7 @@ func (q *Queue) txBurstLocked(pkts []*Packet) int {
 // packet stays the caller's.
 func (q *Queue) txOne(p *Packet) bool {
 	s := q.s
-	if p.n == 0 {
+	if p.Len() == 0 {
 		q.c.txTooBig.inc()
 		q.txDone = append(q.txDone, p)
 		return true
@@ -114,9 +114,8 @@ func (q *Queue) txOne(p *Packet) bool {
 	if len(frame) >= 18 && frame[12] == 0x81 && frame[13] == 0x00 && p.Meta.Flags&MetaVLAN == 0 {
 		p.Meta.Flags |= MetaVLAN
 		p.Meta.VLAN = binary.BigEndian.Uint16(frame[14:])
-		copy(p.buf[p.off+4:p.off+16], p.buf[p.off:p.off+12])
-		p.off += 4
-		p.n -= 4
+		copy(frame[4:16], frame[:12])
+		p.TrimFront(4)
 		frame = p.Data()
 		q.c.txVLANMoved.inc()
 	}
@@ -149,14 +148,14 @@ func (q *Queue) txOne(p *Packet) bool {
 			return false
 		}
 		// No section: GPA-direct if the buffer is pinned (Linux tx_send_full).
-		if p.pool.gpa == nil {
+		if !gpaBacked(p) {
 			q.c.txNoSpace.inc()
 			return false
 		}
 		q.c.txSendFull.inc()
 		return q.sendGPA(p, &info)
 	}
-	if p.pool.gpa != nil {
+	if gpaBacked(p) {
 		return q.sendGPA(p, &info)
 	}
 	if tso && s.off.lso(p.Meta.Flags, 0) {
@@ -208,7 +207,7 @@ func (q *Queue) txInfo(p *Packet, info *rndis.PacketInfo) {
 		}
 		info.SetChecksum(uint32(rndis.NewTxChecksum(c, int(m.L4Off))))
 	}
-	if m.Flags&MetaTxLSO != 0 && p.n > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.n) {
+	if m.Flags&MetaTxLSO != 0 && p.Len() > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.Len()) {
 		// Whole: in a section when it fits (Linux copies any send smaller
 		// than a section), else GPA-direct; txOne cuts it otherwise.
 		info.SetLSO(rndis.NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
@@ -313,7 +312,7 @@ func (q *Queue) flushSection() {
 func (q *Queue) sendGPA(p *Packet, info *rndis.PacketInfo) bool {
 	q.flushSection()
 	hdrLen := rndis.PacketHeaderSize + info.PPILen()
-	if p.off < hdrLen {
+	if p.Headroom() < hdrLen {
 		q.c.txTooBig.inc()
 		q.txDone = append(q.txDone, p)
 		return true
@@ -323,22 +322,25 @@ func (q *Queue) sendGPA(p *Packet, info *rndis.PacketInfo) bool {
 		q.c.txNoSpace.inc()
 		return false
 	}
-	start := p.off - hdrLen
-	rndis.PutPacketHeader(p.buf[start:], info, p.n)
-	pageOff, pfns, ok := p.pool.gpaOf(p, start, hdrLen+p.n, q.pfns[:0])
+	// The header goes into the headroom just for the lookup; the frame
+	// stays where it was, for a retry or the completion.
+	flen := p.Len()
+	rndis.PutPacketHeader(p.Prepend(hdrLen), info, flen)
+	pageOff, pfns, ok := gpaOf(p, q.pfns[:0])
+	p.TrimFront(hdrLen)
 	q.pfns = pfns[:0]
 	if !ok {
 		q.gpaUntake(slot) // cannot happen: the pool is GPA-backed
 		return false
 	}
 	q.hdrBuf = vmbus.GPAHeader(q.hdrBuf[:0], 1)
-	q.hdrBuf = vmbus.AppendGPARange(q.hdrBuf, uint32(hdrLen+p.n), pageOff, pfns)
+	q.hdrBuf = vmbus.AppendGPARange(q.hdrBuf, uint32(hdrLen+flen), pageOff, pfns)
 	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), nvsp.MessageSize)+nvspSendSize {
 		q.gpaUntake(slot)
 		q.c.txBusy.inc()
 		return false
 	}
-	q.gpaPkts[slot], q.gpaBytes[slot] = p, uint32(p.n)
+	q.gpaPkts[slot], q.gpaBytes[slot] = p, uint32(flen)
 	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(q.nvspBuf[:0])
 	if _, err := q.ch.SendRequest(vmbus.PacketGPADirect, cookieGPA|uint64(slot), q.hdrBuf, q.nvspBuf); err != nil {
 		q.gpaPkts[slot] = nil

@@ -91,11 +91,11 @@ func (q *Queue) vfRx(pkts []*Packet) int {
 		m, err := s.Recv(v.rxBufs[:got], v.rxSizes[:got])
 		for i := 0; i < m; i++ {
 			p := v.rxPkts[i]
-			p.n = v.rxSizes[i]
+			p.SetLen(v.rxSizes[i])
 			p.Meta.Flags = MetaRxVF
 			pkts[n] = p
 			n++
-			bytes += uint64(p.n)
+			bytes += uint64(p.Len())
 		}
 		if m < got {
 			PutBurst(v.rxPkts[m:got])
@@ -221,7 +221,7 @@ func (q *Queue) vfTx(pkts []*Packet) (int, bool) {
 		end := taken
 		for end < len(pkts) && len(v.txBufs) < vfBurst {
 			p := pkts[end]
-			if p.n > mtuFrame || p.n > maxLen || p.n == 0 {
+			if p.Len() > mtuFrame || p.Len() > maxLen || p.Len() == 0 {
 				break
 			}
 			vfTxOffloads(p)
@@ -265,7 +265,7 @@ func (q *Queue) vfTx(pkts []*Packet) (int, bool) {
 func (v *vfQueue) countTx(pkts []*Packet) {
 	var b uint64
 	for _, p := range pkts {
-		b += uint64(p.n)
+		b += uint64(p.Len())
 	}
 	v.txPackets.add(uint64(len(pkts)))
 	v.txBytes.add(b)
