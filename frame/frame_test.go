@@ -108,9 +108,8 @@ func TestPutBurstReturnsToEachPool(t *testing.T) {
 // chanSource yields the packets of each batch it is sent, then ends with
 // errDone once closed.
 type chanSource struct {
-	in   chan []*Packet
-	cur  []*Packet
-	done bool
+	in  chan []*Packet
+	cur []*Packet
 }
 
 var errDone = errors.New("source done")

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Frame builders shared by the offload tests.
@@ -96,9 +96,9 @@ func tcpValid(f []byte, v6 bool) bool {
 }
 
 // testPool is a heap pool for test packets.
-func testPool(t testing.TB, n, size int) *netvsc.Pool {
+func testPool(t testing.TB, n, size int) *frame.Pool {
 	t.Helper()
-	p, err := netvsc.NewPool(n, size, nil)
+	p, err := frame.NewPool(frame.PoolConfig{Buffers: n, Frame: size, Headroom: testHeadroom})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,17 +107,21 @@ func testPool(t testing.TB, n, size int) *netvsc.Pool {
 
 // received returns frames as the NIC hands them over: in pool packets,
 // marked with the host's checksum results.
-func received(t testing.TB, pool *netvsc.Pool, frames ...[]byte) []*netvsc.Packet {
+func received(t testing.TB, pool *frame.Pool, frames ...[]byte) []*frame.Packet {
 	t.Helper()
-	out := make([]*netvsc.Packet, len(frames))
+	out := make([]*frame.Packet, len(frames))
 	for i, f := range frames {
 		p := pool.Get()
 		if p == nil {
 			t.Fatal("test pool empty")
 		}
 		copy(p.SetLen(len(f)), f)
-		p.Meta.Flags = netvsc.MetaRxIPChecksumOK | netvsc.MetaRxL4ChecksumOK
+		p.Meta.Flags = frame.MetaRxIPChecksumOK | frame.MetaRxL4ChecksumOK
 		out[i] = p
 	}
 	return out
 }
+
+// testHeadroom is room for a virtio-net header and more, as a NIC's pool
+// leaves for its own.
+const testHeadroom = 128

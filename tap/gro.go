@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/frame/gso"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Receive coalescing (GRO) for the frames a NIC queue hands the TAP: the
@@ -86,7 +86,7 @@ type segment struct {
 }
 
 // parse reads a frame's TCP segment for coalescing.
-func (s *segment) parse(p *netvsc.Packet) {
+func (s *segment) parse(p *frame.Packet) {
 	*s = segment{}
 	f := p.Data()
 	if len(f) < ethHeaderLen+20 {
@@ -124,8 +124,8 @@ func (s *segment) parse(p *netvsc.Packet) {
 	s.flow.ports = binary.BigEndian.Uint32(f[s.l4:])
 	s.tcpOrUDP = true
 	m := p.Meta.Flags
-	if proto != gso.ProtoTCP || options || end != len(f) || end < s.l4+20 || m&netvsc.MetaVLAN != 0 ||
-		m&netvsc.MetaRxL4ChecksumOK == 0 || (!s.flow.v6 && m&netvsc.MetaRxIPChecksumOK == 0) {
+	if proto != gso.ProtoTCP || options || end != len(f) || end < s.l4+20 || m&frame.MetaVLAN != 0 ||
+		m&frame.MetaRxL4ChecksumOK == 0 || (!s.flow.v6 && m&frame.MetaRxIPChecksumOK == 0) {
 		return
 	}
 	t := f[s.l4:]
@@ -165,7 +165,7 @@ func (r *groRun) joins(s *segment, f, h []byte) bool {
 // burst coalesces pkts and calls write for each resulting write, in an
 // order that keeps every flow's frames in sequence. write may modify the
 // frames it is given (the head's headers are already fixed up).
-func (g *gro) burst(pkts []*netvsc.Packet, write func(w *groWrite)) {
+func (g *gro) burst(pkts []*frame.Packet, write func(w *groWrite)) {
 	g.nruns = 0
 	var s segment
 	for i, p := range pkts {
@@ -223,7 +223,7 @@ func (g *gro) find(f *groFlow, valid bool) *groRun {
 
 // flush writes run r out and removes it (the runs after it move up, so
 // the oldest stays first).
-func (g *gro) flush(r *groRun, pkts []*netvsc.Packet, write func(w *groWrite)) {
+func (g *gro) flush(r *groRun, pkts []*frame.Packet, write func(w *groWrite)) {
 	if r.n == 1 {
 		g.single(int(r.members[0]), pkts, write)
 	} else {
@@ -263,10 +263,10 @@ func (g *gro) flush(r *groRun, pkts []*netvsc.Packet, write func(w *groWrite)) {
 // single writes one frame: a TCP or UDP checksum the host verified goes
 // on as NEEDS_CSUM (the kernel then skips checking it), anything else
 // with an empty header.
-func (g *gro) single(i int, pkts []*netvsc.Packet, write func(w *groWrite)) {
+func (g *gro) single(i int, pkts []*frame.Packet, write func(w *groWrite)) {
 	g.w.hdr = vnetHdr{}
 	p := pkts[i]
-	if m := p.Meta.Flags; m&netvsc.MetaRxL4ChecksumOK != 0 && m&netvsc.MetaVLAN == 0 {
+	if m := p.Meta.Flags; m&frame.MetaRxL4ChecksumOK != 0 && m&frame.MetaVLAN == 0 {
 		f := p.Data()
 		if l, err := gso.Parse(f); err == nil && l.End == len(f) &&
 			(l.Proto == gso.ProtoTCP || binary.BigEndian.Uint16(f[l.L4+6:]) != 0) { // UDP: 0 is "no checksum"

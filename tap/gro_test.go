@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // written is one write gro produced, reassembled as the kernel sees it.
@@ -17,7 +17,7 @@ type written struct {
 }
 
 // runGRO coalesces pkts and returns the writes.
-func runGRO(pkts []*netvsc.Packet) []written {
+func runGRO(pkts []*frame.Packet) []written {
 	var g gro
 	var out []written
 	g.burst(pkts, func(w *groWrite) {
@@ -201,7 +201,7 @@ func TestGROLeavesUnverifiedFramesAlone(t *testing.T) {
 	pool := testPool(t, 64, 2048)
 	segs := stream(false, 0, 4, 500, nil)
 	pkts := received(t, pool, segs...)
-	pkts[1].Meta.Flags &^= netvsc.MetaRxL4ChecksumOK // the host did not verify it
+	pkts[1].Meta.Flags &^= frame.MetaRxL4ChecksumOK // the host did not verify it
 	corrupt := bytes.Clone(pkts[1].Data())
 	w := runGRO(pkts)
 	if len(w) != 3 || w[0].n != 1 || w[1].n != 1 || w[2].n != 2 {

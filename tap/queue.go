@@ -13,13 +13,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/gso"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // Queue is one TAP queue (one fd of a multi-queue TAP). It is a
-// PacketSource (frames the kernel sends out of the interface) and a
-// PacketSink (frames to hand to the kernel). Reads go into packets from
+// frame.Source (frames the kernel sends out of the interface) and a
+// frame.Sink (frames to hand to the kernel). Reads go into packets from
 // the pool set with SetPool (big enough for a 64 KiB super-frame when the
 // TAP has offloads; from the NIC's GPA pool when it has one, so a large
 // send goes to the host without a copy). RxBurst/Wait belong to one
@@ -31,15 +31,15 @@ type Queue struct {
 	rc  syscall.RawConn
 	fd  int
 
-	pool    atomic.Pointer[netvsc.Pool]
-	segPool atomic.Pointer[netvsc.Pool] // MTU-sized packets for UDP super-frames cut here
-	txOff   atomic.Pointer[netvsc.TxOffloads]
+	pool    atomic.Pointer[frame.Pool]
+	segPool atomic.Pointer[frame.Pool] // MTU-sized packets for UDP super-frames cut here
+	txOff   atomic.Pointer[frame.TxOffloads]
 
 	rmu   sync.Mutex
 	ready pktRing // read and decoded, handed out by the next RxBurst
 
 	readFn  func(fd uintptr) bool // bound once: no allocation per Wait
-	readPkt *netvsc.Packet
+	readPkt *frame.Packet
 	readErr error
 	readN   int
 
@@ -47,7 +47,7 @@ type Queue struct {
 	gro     gro
 	iov     [groMaxSegs]unix.Iovec
 	writeFn func(w *groWrite) // bound once
-	wpkts   []*netvsc.Packet  // the burst being written
+	wpkts   []*frame.Packet   // the burst being written
 	// RxFrames, RxBytes: frames read from the kernel (a super-frame
 	// counts once); RxSplit: UDP super-frames cut into datagrams here.
 	RxFrames, RxBytes, RxNoBuf atomic.Uint64
@@ -62,7 +62,7 @@ type Queue struct {
 
 // pktRing is a fixed ring of packets.
 type pktRing struct {
-	buf        [readyCap]*netvsc.Packet
+	buf        [readyCap]*frame.Packet
 	head, size int
 }
 
@@ -71,7 +71,7 @@ type pktRing struct {
 // burst.
 const readyCap = 256
 
-func (r *pktRing) push(p *netvsc.Packet) bool {
+func (r *pktRing) push(p *frame.Packet) bool {
 	if r.size == len(r.buf) {
 		return false
 	}
@@ -80,7 +80,7 @@ func (r *pktRing) push(p *netvsc.Packet) bool {
 	return true
 }
 
-func (r *pktRing) pop() *netvsc.Packet {
+func (r *pktRing) pop() *frame.Packet {
 	p := r.buf[r.head]
 	r.buf[r.head] = nil
 	r.head = (r.head + 1) % len(r.buf)
@@ -104,24 +104,28 @@ func newQueue(d *Device, idx int, f *os.File) (*Queue, error) {
 func (q *Queue) Index() int { return q.idx }
 
 // SetPool sets the pool frames read from the kernel are put in.
-func (q *Queue) SetPool(p *netvsc.Pool) { q.pool.Store(p) }
+func (q *Queue) SetPool(p *frame.Pool) { q.pool.Store(p) }
 
 // SetNIC sets what the NIC the frames go to offers: its transmit offloads
 // (which checksum requests it takes) and its queue's pool for the
 // datagrams of UDP super-frames, which are cut here.
-func (q *Queue) SetNIC(off netvsc.TxOffloads, segPool *netvsc.Pool) {
+func (q *Queue) SetNIC(off frame.TxOffloads, segPool *frame.Pool) {
 	q.txOff.Store(&off)
 	q.segPool.Store(segPool)
 }
 
 func (q *Queue) close() { q.f.SetReadDeadline(time.Unix(1, 0)) }
 
-// interrupt makes a blocked Wait return.
-func (q *Queue) interrupt() { q.f.SetReadDeadline(time.Unix(1, 0)) }
+// Interrupt makes a blocked Wait return (context.Canceled), and every
+// later one until Resume: how a forwarder stops a pump that waits here.
+func (q *Queue) Interrupt() { q.f.SetReadDeadline(time.Unix(1, 0)) }
+
+// Resume undoes Interrupt.
+func (q *Queue) Resume() { q.f.SetReadDeadline(time.Time{}) }
 
 // RxBurst reads frames the kernel sent out of the interface, without
 // blocking, until pkts is full or nothing is left.
-func (q *Queue) RxBurst(pkts []*netvsc.Packet) int {
+func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 	if len(pkts) == 0 || q.d.closed.Load() {
 		return 0
 	}
@@ -238,7 +242,7 @@ func (q *Queue) waitOne(ctx context.Context) error {
 // took accounts for a frame read from the kernel and decodes its
 // virtio-net header into ready: the frame with its Meta, the datagrams of
 // a UDP super-frame, or nothing (dropped and freed).
-func (q *Queue) took(p *netvsc.Packet) {
+func (q *Queue) took(p *frame.Packet) {
 	q.RxFrames.Add(1)
 	if !q.d.vnet {
 		q.RxBytes.Add(uint64(p.Len()))
@@ -247,7 +251,7 @@ func (q *Queue) took(p *netvsc.Packet) {
 	}
 	off := q.txOff.Load()
 	if off == nil {
-		off = &netvsc.TxOffloads{}
+		off = &frame.TxOffloads{}
 	}
 	act, h := fromVnet(p, q.d.mtu, off)
 	q.RxBytes.Add(uint64(p.Len()))
@@ -266,7 +270,7 @@ func (q *Queue) took(p *netvsc.Packet) {
 // splitUDP cuts a UDP super-frame into datagrams (netvsc has no UDP
 // segmentation offload), each in a packet of the NIC's pool, with the
 // checksum offloaded when the host took it.
-func (q *Queue) splitUDP(p *netvsc.Packet, mss int, off *netvsc.TxOffloads) {
+func (q *Queue) splitUDP(p *frame.Packet, mss int, off *frame.TxOffloads) {
 	f := p.Data()
 	l, err := gso.Parse(f)
 	pool := q.segPool.Load()
@@ -275,16 +279,16 @@ func (q *Queue) splitUDP(p *netvsc.Packet, mss int, off *netvsc.TxOffloads) {
 		return
 	}
 	mode := gso.Full
-	var meta netvsc.Meta
+	var meta frame.Meta
 	if csumOffloaded(l, off) {
 		mode = gso.Partial
-		meta.Flags = netvsc.MetaTxUDPChecksum | netvsc.MetaTxIPv4
+		meta.Flags = frame.MetaTxUDPChecksum | frame.MetaTxIPv4
 		if l.V6 {
-			meta.Flags = netvsc.MetaTxUDPChecksum | netvsc.MetaTxIPv6
+			meta.Flags = frame.MetaTxUDPChecksum | frame.MetaTxIPv6
 		}
 		meta.L3Off, meta.L4Off = uint16(l.L3), uint16(l.L4)
 	}
-	var cur *netvsc.Packet
+	var cur *frame.Packet
 	next := func(n int) []byte {
 		cur = pool.Get()
 		if cur == nil || cur.Cap() < n {
@@ -307,7 +311,7 @@ func (q *Queue) splitUDP(p *netvsc.Packet, mss int, off *netvsc.TxOffloads) {
 // header, each flow's in-order TCP segments coalesced into super-frames
 // (gro.go) and every write a writev of header, headers and payloads. A
 // write the kernel refuses is dropped and counted; it always takes all.
-func (q *Queue) TxBurst(pkts []*netvsc.Packet) int {
+func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 	q.wmu.Lock()
 	switch {
 	case q.d.closed.Load():
@@ -322,7 +326,7 @@ func (q *Queue) TxBurst(pkts []*netvsc.Packet) int {
 		q.wpkts = nil
 	}
 	q.wmu.Unlock()
-	netvsc.PutBurst(pkts)
+	frame.PutBurst(pkts)
 	return len(pkts)
 }
 

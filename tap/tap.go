@@ -1,21 +1,22 @@
-// Package tap attaches a user-space NIC to the kernel through a
+// Package tap connects user-space frame ports to the kernel through a
 // multi-queue TAP interface created with vishvananda/netlink: the
 // everyday way to use vmbusd's netvsc NIC with ordinary tools (ip, ping,
 // TCP sockets). It owns the TAP device (creation, MAC, MTU, carrier,
-// network namespace, deletion, offloads) and the forwarding loops; it
-// knows nothing of VMBus.
+// network namespace, deletion, offloads); each of its queues is a
+// frame.Source and a frame.Sink, so frame.Pump joins it to any other port.
+// It knows nothing of VMBus or netvsc; package nictap attaches a netvsc NIC
+// to it:
 //
-//	netvsc.Queue i --RxBurst--> Pump --GRO, writev--> TAP queue i  --> kernel
-//	kernel --> TAP queue i --read batch--> Pump --TxBurst--> NIC queue
+//	NIC queue i --RxBurst--> frame.Pump --GRO, writev--> TAP queue i  --> kernel
+//	kernel --> TAP queue i --read batch--> frame.Pump --TxBurst--> NIC queue
 //	          (64 KiB super-frames)                 (send indirection table;
 //	                                                 LSO to the host)
-//	NIC link state --LinkChanged--> TUNSETCARRIER
 //
 // Offloads are on by default (Config.NoOffloads turns them off): the TAP
 // carries a virtio-net header and TUNSETOFFLOAD lets the kernel hand over
 // TCP super-frames of up to 64 KiB (and UDP ones from Linux 6.2) with
 // partial checksums, one read per 64 KiB. A TCP super-frame goes to the
-// NIC as a large send (netvsc MetaTxLSO: the host cuts it, with LSOv2; or
+// NIC as a large send (frame.MetaTxLSO: the host cuts it, with LSOv2; or
 // the NIC in software when the host has no LSO); a partial checksum
 // becomes the NIC's checksum offload when the host took it, or is finished
 // here; a UDP super-frame is cut here (LSOv2 is TCP only). The other way,
@@ -25,7 +26,6 @@
 package tap
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -38,7 +38,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/frame"
 )
 
 // Config describes a TAP device to create.
@@ -349,19 +349,8 @@ func InNetns(name string, fn func() error) error {
 	return <-errc
 }
 
-// PacketSource is a source of frames in bursts (a netvsc.Queue, a TAP
-// Queue).
-type PacketSource interface {
-	// RxBurst fills pkts and returns how many; never blocks.
-	RxBurst(pkts []*netvsc.Packet) int
-	// Wait blocks until RxBurst may find work, or fails.
-	Wait(ctx context.Context) error
-}
-
-// PacketSink takes frames in bursts.
-type PacketSink interface {
-	// TxBurst takes ownership of the packets it accepts; never blocks.
-	TxBurst(pkts []*netvsc.Packet) int
-	// WaitTx blocks until TxBurst may accept more, or fails.
-	WaitTx(ctx context.Context) error
-}
+// A TAP queue is a frame port both ways.
+var (
+	_ frame.Source = (*Queue)(nil)
+	_ frame.Sink   = (*Queue)(nil)
+)

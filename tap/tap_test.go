@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/frame"
 )
 
 func needRoot(t *testing.T) {
@@ -95,7 +95,7 @@ func TestQueuesMoveFramesBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	pool, err := netvsc.NewPool(64, 2048, nil)
+	pool, err := frame.NewPool(frame.PoolConfig{Buffers: 64, Frame: 2048, Headroom: testHeadroom})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,15 +115,15 @@ func TestQueuesMoveFramesBothWays(t *testing.T) {
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
 		t.Fatal(err)
 	}
-	frame := make([]byte, 100)
-	copy(frame, []byte{0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x88, 0xb5})
-	frame[20] = 0xab
-	if err := unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
+	f := make([]byte, 100)
+	copy(f, []byte{0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x88, 0xb5})
+	f[20] = 0xab
+	if err := unix.Sendto(fd, f, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	pkts := make([]*netvsc.Packet, 8)
+	pkts := make([]*frame.Packet, 8)
 	for found := false; !found; {
 		if err := q.Wait(ctx); err != nil {
 			t.Fatalf("Wait: %v", err)
@@ -135,11 +135,11 @@ func TestQueuesMoveFramesBothWays(t *testing.T) {
 				found = true
 			}
 		}
-		netvsc.PutBurst(pkts[:got])
+		frame.PutBurst(pkts[:got])
 	}
 	p := pool.Get()
-	copy(p.SetLen(100), frame)
-	if q.TxBurst([]*netvsc.Packet{p}) != 1 || q.TxFrames.Load() != 1 {
+	copy(p.SetLen(100), f)
+	if q.TxBurst([]*frame.Packet{p}) != 1 || q.TxFrames.Load() != 1 {
 		t.Errorf("TxBurst: frames %d drops %d", q.TxFrames.Load(), q.TxDrops.Load())
 	}
 	if pool.Available() != pool.Size() {
@@ -148,29 +148,6 @@ func TestQueuesMoveFramesBothWays(t *testing.T) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-func TestFlowHashIsPerFlow(t *testing.T) {
-	a := make([]byte, 60)
-	a[12], a[13], a[14], a[23] = 0x08, 0x00, 0x45, 6
-	copy(a[26:], []byte{10, 0, 0, 1, 10, 0, 0, 2, 0x12, 0x34, 0x00, 0x50})
-	b := append([]byte(nil), a...)
-	b[35]++ // another source port
-	if FlowHash(a) != FlowHash(append([]byte(nil), a...)) || FlowHash(a) == FlowHash(b) {
-		t.Errorf("hash not per flow")
-	}
-	// Even source ports only (Linux's connect()) must still spread.
-	var used [2]int
-	for port := 40000; port < 40064; port += 2 {
-		b[34], b[35] = byte(port>>8), byte(port)
-		used[FlowHash(b)%16%2]++
-	}
-	if used[0] == 0 || used[1] == 0 {
-		t.Errorf("even ports all land on one of two queues: %v", used)
-	}
-	if testing.AllocsPerRun(100, func() { FlowHash(a) }) != 0 {
-		t.Errorf("flowHash allocates")
-	}
-}
 
 // TestQueueBurstsAllocateNothing: reading frames from a TAP with offloads
 // and writing coalesced bursts to it allocate nothing per burst.
@@ -188,7 +165,7 @@ func TestQueueBurstsAllocateNothing(t *testing.T) {
 	big := testPool(t, 64, 65536+128)
 	small := testPool(t, 256, 2048)
 	q.SetPool(big)
-	q.SetNIC(netvsc.TxOffloads{TCP4Checksum: true, LSO4: 62780}, small)
+	q.SetNIC(frame.TxOffloads{TCP4Checksum: true, LSO4: 62780}, small)
 	l, err := netlink.LinkByName(d.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -198,15 +175,15 @@ func TestQueueBurstsAllocateNothing(t *testing.T) {
 		t.Skip(err)
 	}
 	defer unix.Close(fd)
-	frame := buildTCP(tcpSpec{seq: 1, ack: 2, flags: 0x10, payload: 100})
+	f := buildTCP(tcpSpec{seq: 1, ack: 2, flags: 0x10, payload: 100})
 	sa := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}
 	const runs = 50
 	for range runs + 10 {
-		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+		if err := unix.Sendto(fd, f, 0, sa); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pkts := make([]*netvsc.Packet, 1)
+	pkts := make([]*frame.Packet, 1)
 	got := 0
 	if a := testing.AllocsPerRun(runs, func() {
 		if q.RxBurst(pkts) == 1 {
@@ -220,12 +197,12 @@ func TestQueueBurstsAllocateNothing(t *testing.T) {
 		t.Fatal("RxBurst read nothing")
 	}
 	segs := stream(false, 0, 40, 1448, tsOp)
-	burst := make([]*netvsc.Packet, len(segs))
+	burst := make([]*frame.Packet, len(segs))
 	if a := testing.AllocsPerRun(runs, func() {
 		for i := range burst {
 			burst[i] = small.Get()
 			copy(burst[i].SetLen(len(segs[i])), segs[i])
-			burst[i].Meta.Flags = netvsc.MetaRxIPChecksumOK | netvsc.MetaRxL4ChecksumOK
+			burst[i].Meta.Flags = frame.MetaRxIPChecksumOK | frame.MetaRxL4ChecksumOK
 		}
 		q.TxBurst(burst)
 	}); a != 0 {

@@ -6,8 +6,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/gso"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 // The virtio-net header a TAP created with IFF_VNET_HDR puts in front of
@@ -134,7 +134,7 @@ const (
 // the NIC in software), a partial checksum a checksum offload when the
 // host took it for that protocol, or is finished here. mtu is the
 // interface's; off what the host granted.
-func fromVnet(p *netvsc.Packet, mtu int, off *netvsc.TxOffloads) (txAction, vnetHdr) {
+func fromVnet(p *frame.Packet, mtu int, off *frame.TxOffloads) (txAction, vnetHdr) {
 	var h vnetHdr
 	if !h.decode(p.Data()) {
 		return txDrop, h
@@ -163,11 +163,11 @@ func fromVnet(p *netvsc.Packet, mtu int, off *netvsc.TxOffloads) (txAction, vnet
 		}
 		if len(f) > mtu+ethHeaderLen {
 			m := &p.Meta
-			m.Flags |= netvsc.MetaTxLSO | netvsc.MetaTxTCPChecksum
+			m.Flags |= frame.MetaTxLSO | frame.MetaTxTCPChecksum
 			if l.V6 {
-				m.Flags |= netvsc.MetaTxIPv6
+				m.Flags |= frame.MetaTxIPv6
 			} else {
-				m.Flags |= netvsc.MetaTxIPv4
+				m.Flags |= frame.MetaTxIPv4
 			}
 			m.MSS, m.L3Off, m.L4Off = h.gsoSize, uint16(l.L3), uint16(l.L4)
 			return txAsIs, h
@@ -190,14 +190,14 @@ func fromVnet(p *netvsc.Packet, mtu int, off *netvsc.TxOffloads) (txAction, vnet
 	if csumOffloaded(l, off) {
 		m := &p.Meta
 		if l.V6 {
-			m.Flags |= netvsc.MetaTxIPv6
+			m.Flags |= frame.MetaTxIPv6
 		} else {
-			m.Flags |= netvsc.MetaTxIPv4
+			m.Flags |= frame.MetaTxIPv4
 		}
 		if l.Proto == gso.ProtoTCP {
-			m.Flags |= netvsc.MetaTxTCPChecksum
+			m.Flags |= frame.MetaTxTCPChecksum
 		} else {
-			m.Flags |= netvsc.MetaTxUDPChecksum
+			m.Flags |= frame.MetaTxUDPChecksum
 		}
 		m.L3Off, m.L4Off = uint16(l.L3), uint16(l.L4)
 		return txAsIs, h
@@ -208,7 +208,7 @@ func fromVnet(p *netvsc.Packet, mtu int, off *netvsc.TxOffloads) (txAction, vnet
 
 // csumOffloaded reports whether the host finishes this frame's transport
 // checksum.
-func csumOffloaded(l gso.Layout, off *netvsc.TxOffloads) bool {
+func csumOffloaded(l gso.Layout, off *frame.TxOffloads) bool {
 	switch {
 	case l.Proto == gso.ProtoTCP && !l.V6:
 		return off.TCP4Checksum

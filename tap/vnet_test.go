@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
-	"github.com/vmbusd/vmbusd/netvsc"
 )
 
 func TestVnetHdrRoundTrip(t *testing.T) {
@@ -27,7 +27,7 @@ func TestVnetHdrRoundTrip(t *testing.T) {
 }
 
 // fromTAP returns a packet holding hdr and f as a TAP read them.
-func fromTAP(t testing.TB, pool *netvsc.Pool, h vnetHdr, f []byte) *netvsc.Packet {
+func fromTAP(t testing.TB, pool *frame.Pool, h vnetHdr, f []byte) *frame.Packet {
 	t.Helper()
 	p := pool.Get()
 	b := p.SetLen(vnetHdrLen + len(f))
@@ -54,47 +54,47 @@ func TestFromVnet(t *testing.T) {
 	big6 := partial(buildTCP(tcpSpec{v6: true, seq: 1, ack: 2, flags: 0x10, payload: 20000}), true)
 	small := buildTCP(tcpSpec{seq: 1, ack: 2, flags: 0x18, payload: 500})
 	smallPartial := partial(small, false)
-	all := netvsc.TxOffloads{TCP4Checksum: true, TCP6Checksum: true, UDP4Checksum: true, UDP6Checksum: true, LSO4: 62780, LSO6: 62780}
-	none := netvsc.TxOffloads{}
+	all := frame.TxOffloads{TCP4Checksum: true, TCP6Checksum: true, UDP4Checksum: true, UDP6Checksum: true, LSO4: 62780, LSO6: 62780}
+	none := frame.TxOffloads{}
 	csumTCP := vnetHdr{flags: vnetNeedsCsum, csumStart: 34, csumOff: 16}
 	cases := []struct {
 		name     string
 		h        vnetHdr
 		f        []byte
-		off      netvsc.TxOffloads
+		off      frame.TxOffloads
 		want     txAction
-		wantMeta netvsc.Meta
+		wantMeta frame.Meta
 		check    func(t *testing.T, f []byte)
 	}{
-		{"plain", vnetHdr{}, small, all, txAsIs, netvsc.Meta{}, nil},
+		{"plain", vnetHdr{}, small, all, txAsIs, frame.Meta{}, nil},
 		{"tso4", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: 66, gsoSize: 1448, csumStart: 34, csumOff: 16}, big4, all, txAsIs,
-			netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxTCPChecksum | netvsc.MetaTxIPv4, MSS: 1448, L3Off: 14, L4Off: 34}, nil},
+			frame.Meta{Flags: frame.MetaTxLSO | frame.MetaTxTCPChecksum | frame.MetaTxIPv4, MSS: 1448, L3Off: 14, L4Off: 34}, nil},
 		{"tso6 without host LSO", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv6, gsoSize: 1440, csumStart: 54, csumOff: 16}, big6, none, txAsIs,
-			netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxTCPChecksum | netvsc.MetaTxIPv6, MSS: 1440, L3Off: 14, L4Off: 54}, nil},
+			frame.Meta{Flags: frame.MetaTxLSO | frame.MetaTxTCPChecksum | frame.MetaTxIPv6, MSS: 1440, L3Off: 14, L4Off: 54}, nil},
 		{"partial checksum offloaded", csumTCP, smallPartial, all, txAsIs,
-			netvsc.Meta{Flags: netvsc.MetaTxTCPChecksum | netvsc.MetaTxIPv4, L3Off: 14, L4Off: 34},
+			frame.Meta{Flags: frame.MetaTxTCPChecksum | frame.MetaTxIPv4, L3Off: 14, L4Off: 34},
 			func(t *testing.T, f []byte) {
 				if !bytes.Equal(f, smallPartial) {
 					t.Error("frame changed though the host finishes the checksum")
 				}
 			}},
-		{"partial checksum finished here", csumTCP, smallPartial, none, txAsIs, netvsc.Meta{},
+		{"partial checksum finished here", csumTCP, smallPartial, none, txAsIs, frame.Meta{},
 			func(t *testing.T, f []byte) {
 				if !bytes.Equal(f, small) {
 					t.Error("checksum not finished")
 				}
 			}},
-		{"gso frame within the MTU", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, gsoSize: 1448, csumStart: 34, csumOff: 16}, smallPartial, none, txAsIs, netvsc.Meta{},
+		{"gso frame within the MTU", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, gsoSize: 1448, csumStart: 34, csumOff: 16}, smallPartial, none, txAsIs, frame.Meta{},
 			func(t *testing.T, f []byte) {
 				if !tcpValid(f, false) {
 					t.Error("checksum not finished")
 				}
 			}},
-		{"checksum start elsewhere", vnetHdr{flags: vnetNeedsCsum, csumStart: 20, csumOff: 16}, smallPartial, all, txDrop, netvsc.Meta{}, nil},
-		{"gso size 0", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, csumStart: 34, csumOff: 16}, big4, all, txDrop, netvsc.Meta{}, nil},
-		{"gso type for the other family", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv6, gsoSize: 1448, csumStart: 34, csumOff: 16}, big4, all, txDrop, netvsc.Meta{}, nil},
-		{"unknown gso type", vnetHdr{gsoType: 3, gsoSize: 1448}, big4, all, txDrop, netvsc.Meta{}, nil},
-		{"short", vnetHdr{}, small[:10], all, txDrop, netvsc.Meta{}, nil},
+		{"checksum start elsewhere", vnetHdr{flags: vnetNeedsCsum, csumStart: 20, csumOff: 16}, smallPartial, all, txDrop, frame.Meta{}, nil},
+		{"gso size 0", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, csumStart: 34, csumOff: 16}, big4, all, txDrop, frame.Meta{}, nil},
+		{"gso type for the other family", vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv6, gsoSize: 1448, csumStart: 34, csumOff: 16}, big4, all, txDrop, frame.Meta{}, nil},
+		{"unknown gso type", vnetHdr{gsoType: 3, gsoSize: 1448}, big4, all, txDrop, frame.Meta{}, nil},
+		{"short", vnetHdr{}, small[:10], all, txDrop, frame.Meta{}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -134,8 +134,8 @@ func TestSplitUDPSuperFrame(t *testing.T) {
 	binary.BigEndian.PutUint16(u[40:], csum.Fold(csum.Add(0, u[26:34])+17+uint32(len(u)-34)))
 	for _, c := range []struct {
 		name string
-		off  netvsc.TxOffloads
-	}{{"checksum offloaded", netvsc.TxOffloads{UDP4Checksum: true}}, {"checksum here", netvsc.TxOffloads{}}} {
+		off  frame.TxOffloads
+	}{{"checksum offloaded", frame.TxOffloads{UDP4Checksum: true}}, {"checksum here", frame.TxOffloads{}}} {
 		t.Run(c.name, func(t *testing.T) {
 			d := &Device{vnet: true, mtu: 1500}
 			q := &Queue{d: d}
@@ -154,7 +154,7 @@ func TestSplitUDPSuperFrame(t *testing.T) {
 				}
 				sum := csum.Add(0, g[26:34]) + 17 + 1008
 				if c.off.UDP4Checksum {
-					if s.Meta.Flags != netvsc.MetaTxUDPChecksum|netvsc.MetaTxIPv4 || s.Meta.L4Off != 34 ||
+					if s.Meta.Flags != frame.MetaTxUDPChecksum|frame.MetaTxIPv4 || s.Meta.L4Off != 34 ||
 						binary.BigEndian.Uint16(g[40:]) != csum.Fold(sum) {
 						t.Fatalf("offloaded datagram: meta %+v", s.Meta)
 					}
@@ -192,16 +192,16 @@ func FuzzFromVnet(f *testing.F) {
 		p := pool.Get()
 		defer p.Free()
 		copy(p.SetLen(len(b)), b)
-		off := netvsc.TxOffloads{}
+		off := frame.TxOffloads{}
 		if offloads {
-			off = netvsc.TxOffloads{TCP4Checksum: true, TCP6Checksum: true, UDP4Checksum: true, UDP6Checksum: true, LSO4: 62780, LSO6: 62780}
+			off = frame.TxOffloads{TCP4Checksum: true, TCP6Checksum: true, UDP4Checksum: true, UDP6Checksum: true, LSO4: 62780, LSO6: 62780}
 		}
 		act, h := fromVnet(p, 1500, &off)
 		if act == txDrop {
 			return
 		}
 		m := p.Meta
-		if m.Flags&netvsc.MetaTxLSO != 0 {
+		if m.Flags&frame.MetaTxLSO != 0 {
 			if m.MSS == 0 || p.Len() <= 1514 || int(m.L4Off)+20 > p.Len() {
 				t.Fatalf("large send with meta %+v on a %d-byte frame", m, p.Len())
 			}
@@ -233,7 +233,7 @@ func FuzzGRO(f *testing.F) {
 			b = b[n:]
 		}
 		pkts := received(t, pool, frames...)
-		defer netvsc.PutBurst(pkts)
+		defer frame.PutBurst(pkts)
 		seen := make([]int, len(pkts))
 		var g gro
 		g.burst(pkts, func(w *groWrite) {

@@ -27,7 +27,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/tap"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -318,7 +320,7 @@ func rxLoop(ctx context.Context, n *netvsc.NIC, count *atomic.Uint64) *sync.Wait
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pkts := make([]*netvsc.Packet, 64)
+			pkts := make([]*frame.Packet, 64)
 			for ctx.Err() == nil {
 				k := q.RxBurst(pkts)
 				if k == 0 {
@@ -328,7 +330,7 @@ func rxLoop(ctx context.Context, n *netvsc.NIC, count *atomic.Uint64) *sync.Wait
 					continue
 				}
 				count.Add(uint64(k))
-				netvsc.PutBurst(pkts[:k])
+				frame.PutBurst(pkts[:k])
 			}
 		}()
 	}
@@ -343,7 +345,7 @@ func txLoop(ctx context.Context, n *netvsc.NIC, q *netvsc.Queue, size, burst int
 	copy(tmpl[6:], n.MAC())
 	tmpl[12], tmpl[13] = 0x08, 0x00
 	tmpl[14] = 0x45
-	pkts := make([]*netvsc.Packet, 32)
+	pkts := make([]*frame.Packet, 32)
 	inBurst := 0
 	for ctx.Err() == nil {
 		k := q.AllocBurst(pkts)
@@ -351,7 +353,7 @@ func txLoop(ctx context.Context, n *netvsc.NIC, q *netvsc.Queue, size, burst int
 			copy(p.SetLen(size), tmpl)
 		}
 		m := q.TxBurst(pkts[:k])
-		netvsc.PutBurst(pkts[m:k])
+		frame.PutBurst(pkts[m:k])
 		count.Add(uint64(m))
 		if m < k || k == 0 {
 			q.WaitTx(ctx)
@@ -599,7 +601,7 @@ func testTapVeth() error {
 		return err
 	}
 	defer dev.Close()
-	att, err := tap.Attach(n, dev, tap.AttachOptions{})
+	att, err := nictap.Attach(n, dev, nictap.Options{})
 	if err != nil {
 		return err
 	}

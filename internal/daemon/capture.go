@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/internal/pcapfilter"
 	"github.com/vmbusd/vmbusd/internal/pcapng"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
-	"github.com/vmbusd/vmbusd/tap"
 )
 
 // A NIC's capture hub. With nobody capturing, the data path pays one atomic
@@ -145,8 +145,8 @@ func (s *captureSub) offer(now time.Time, in bool, q int, data []byte) {
 }
 
 // observer returns the data-path hook for one incarnation of the NIC.
-func (r *nicRunner) observer(nic *netvsc.NIC) func(toTAP bool, queue int, pkts []*netvsc.Packet) {
-	return func(in bool, queue int, pkts []*netvsc.Packet) {
+func (r *nicRunner) observer(nic *netvsc.NIC) func(toTAP bool, queue int, pkts []*frame.Packet) {
+	return func(in bool, queue int, pkts []*frame.Packet) {
 		subs := r.cap.active.Load()
 		if subs == nil {
 			return
@@ -156,7 +156,7 @@ func (r *nicRunner) observer(nic *netvsc.NIC) func(toTAP bool, queue int, pkts [
 			q := queue
 			data := p.Data()
 			if q < 0 { // from the TAP: the queue the send table picks
-				q = nic.TxQueue(tap.FlowHash(data)).Index()
+				q = nic.TxQueue(frame.FlowHash(data)).Index()
 			}
 			for _, s := range *subs {
 				s.offer(now, in, q, data)

@@ -14,9 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/tap"
 	"github.com/vmbusd/vmbusd/uio"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -644,7 +646,7 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 			r.closeNIC(nic)
 			return tapFailure(err)
 		}
-		att, err := tap.Attach(nic, td, tap.AttachOptions{Logger: r.log, Observe: r.observer(nic)})
+		att, err := nictap.Attach(nic, td, nictap.Options{Logger: r.log, Observe: r.observer(nic)})
 		if err != nil {
 			td.Close()
 			if nerr := nic.Err(); nerr != nil {
@@ -753,7 +755,7 @@ func quiesce(nic *netvsc.NIC) {
 		return // dead: nothing will complete
 	}
 	deadline := time.Now().Add(quiesceWait)
-	pkts := make([]*netvsc.Packet, 64)
+	pkts := make([]*frame.Packet, 64)
 	for _, q := range nic.Queues() {
 		for q.Channel().InFlight() > 0 && time.Now().Before(deadline) && nic.Err() == nil {
 			n := q.RxBurst(pkts)
@@ -827,12 +829,12 @@ func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sink := &tap.SteeredSink{NIC: peer}
-				var o func([]*netvsc.Packet)
+				sink := &netvsc.SteeredSink{NIC: peer}
+				var o func([]*frame.Packet)
 				if obs != nil {
-					o = func(p []*netvsc.Packet) { obs(true, i, p) }
+					o = func(p []*frame.Packet) { obs(true, i, p) }
 				}
-				if err := tap.PumpObserved(pctx, q, sink, 64, nil, o); pctx.Err() == nil {
+				if err := frame.PumpObserved(pctx, q, sink, 64, nil, o); pctx.Err() == nil {
 					r.log.Debug("forward pump stopped", "queue", i, "err", err)
 				}
 				cancel()

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/tap"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -75,7 +76,7 @@ type rig struct {
 	port    *sim.TAP
 	nic     *netvsc.NIC
 	dev     *tap.Device
-	att     *tap.Attachment
+	att     *nictap.Attachment
 	hostNS  string
 	guestNS string
 	opts    rigOptions
@@ -150,7 +151,7 @@ func (r *rig) open(t *testing.T, queues int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.dev.Close() })
-	r.att, err = tap.Attach(r.nic, r.dev, tap.AttachOptions{})
+	r.att, err = nictap.Attach(r.nic, r.dev, nictap.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

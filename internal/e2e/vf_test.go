@@ -29,7 +29,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/tap"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -382,7 +384,7 @@ func startGuestRx(nic *netvsc.NIC) *guestRx {
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			pkts := make([]*netvsc.Packet, 64)
+			pkts := make([]*frame.Packet, 64)
 			for ctx.Err() == nil {
 				n := q.RxBurst(pkts)
 				if n == 0 {
@@ -478,7 +480,7 @@ func startGuestTx(nic *netvsc.NIC, perTick int, tick time.Duration) *guestTx {
 		defer close(g.done)
 		t := time.NewTicker(tick)
 		defer t.Stop()
-		pkts := make([]*netvsc.Packet, perTick)
+		pkts := make([]*frame.Packet, perTick)
 		for seq := uint64(1); ; {
 			select {
 			case <-ctx.Done():
@@ -501,7 +503,7 @@ func startGuestTx(nic *netvsc.NIC, perTick int, tick time.Duration) *guestTx {
 				sent += q.TxBurst(pkts[sent:k])
 				if sent < k {
 					if err := q.WaitTx(ctx); err != nil {
-						netvsc.PutBurst(pkts[sent:k])
+						frame.PutBurst(pkts[sent:k])
 						return
 					}
 				}
@@ -575,7 +577,7 @@ func (r *vfRig) settle() map[uint64]byte {
 	p.SetLen(vfFrameLen)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for q.TxBurst([]*netvsc.Packet{p}) == 0 {
+	for q.TxBurst([]*frame.Packet{p}) == 0 {
 		if err := q.WaitTx(ctx); err != nil {
 			r.t.Fatal(err)
 		}
@@ -1060,7 +1062,7 @@ func TestVFTCPThroughTAPSurvivesServicing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rg.dev.Close() })
-	rg.att, err = tap.Attach(r.nic, rg.dev, tap.AttachOptions{})
+	rg.att, err = nictap.Attach(r.nic, rg.dev, nictap.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1133,7 +1135,7 @@ func TestVFBurstsDoNotAllocate(t *testing.T) {
 	r.waitVF(netvsc.VFStateActive)
 	rx.stop()
 	const burst = 32
-	pkts := make([]*netvsc.Packet, burst)
+	pkts := make([]*frame.Packet, burst)
 	mac := r.nic.MAC()
 	tx := func() {
 		k := q.AllocBurst(pkts)
@@ -1149,7 +1151,7 @@ func TestVFBurstsDoNotAllocate(t *testing.T) {
 	for i := range frames {
 		frames[i] = putVFFrame(make([]byte, vfFrameLen), mac, vfPeerMAC, kindUnicast, uint64(i))
 	}
-	in := make([]*netvsc.Packet, burst)
+	in := make([]*frame.Packet, burst)
 	rxb := func() {
 		port.up.Deliver(frames)
 		for got := 0; got < burst; {
@@ -1159,7 +1161,7 @@ func TestVFBurstsDoNotAllocate(t *testing.T) {
 					t.Fatal("a frame came synthetic")
 				}
 			}
-			netvsc.PutBurst(in[:n])
+			frame.PutBurst(in[:n])
 			got += n
 		}
 	}
@@ -1213,10 +1215,10 @@ func benchVFPath(b *testing.B, vf, tx bool) {
 	}
 	defer nic.Close()
 	q := nic.Queues()[0]
-	in := make([]*netvsc.Packet, 64)
+	in := make([]*frame.Packet, 64)
 	if vf {
 		for nic.VFStatus().State != netvsc.VFStateActive {
-			netvsc.PutBurst(in[:q.RxBurst(in)]) // drains the association in
+			frame.PutBurst(in[:q.RxBurst(in)]) // drains the association in
 			ch := nic.VFChanged()
 			select {
 			case <-ch:
@@ -1226,7 +1228,7 @@ func benchVFPath(b *testing.B, vf, tx bool) {
 	}
 	const burst = 32
 	mac := nic.MAC()
-	pkts := make([]*netvsc.Packet, burst)
+	pkts := make([]*frame.Packet, burst)
 	frames := make([][]byte, burst)
 	for i := range frames {
 		frames[i] = putVFFrame(make([]byte, vfFrameLen), mac, vfPeerMAC, kindUnicast, uint64(i))
@@ -1255,7 +1257,7 @@ func benchVFPath(b *testing.B, vf, tx bool) {
 		port.up.Deliver(frames)
 		for got := 0; got < burst; {
 			n := q.RxBurst(in)
-			netvsc.PutBurst(in[:n])
+			frame.PutBurst(in[:n])
 			got += n
 			if n == 0 {
 				if err := q.Wait(ctx); err != nil {
