@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 )
@@ -39,13 +40,13 @@ func BenchmarkNetvscRxBurst(b *testing.B) {
 			_, n := benchNIC(b, gen, netvsc.Hybrid)
 			defer gen.Close()
 			q := n.Queues()[0]
-			pkts := make([]*netvsc.Packet, 64)
+			pkts := make([]*frame.Packet, 64)
 			ctx := context.Background()
 			// Warm up, then measure.
 			for got := 0; got < 10000; {
 				k := q.RxBurst(pkts)
 				got += k
-				netvsc.PutBurst(pkts[:k])
+				frame.PutBurst(pkts[:k])
 				if k == 0 {
 					q.Wait(ctx)
 				}
@@ -58,7 +59,7 @@ func BenchmarkNetvscRxBurst(b *testing.B) {
 			for got := 0; got < b.N; {
 				k := q.RxBurst(pkts)
 				got += k
-				netvsc.PutBurst(pkts[:k])
+				frame.PutBurst(pkts[:k])
 				if k == 0 {
 					q.Wait(ctx)
 				}
@@ -78,8 +79,8 @@ func BenchmarkNetvscTxBurst(b *testing.B) {
 			_, n := benchNIC(b, gen, netvsc.Hybrid)
 			q := n.Queues()[0]
 			peer := []byte{0x02, 0, 0, 0, 0, 9}
-			tmpl := frame(peer, n.MAC(), size, 1, 1000)
-			pkts := make([]*netvsc.Packet, 32)
+			tmpl := testFrame(peer, n.MAC(), size, 1, 1000)
+			pkts := make([]*frame.Packet, 32)
 			ctx := context.Background()
 			send := func(total int) {
 				for sent := 0; sent < total; {
@@ -88,7 +89,7 @@ func BenchmarkNetvscTxBurst(b *testing.B) {
 						copy(p.SetLen(size), tmpl)
 					}
 					m := q.TxBurst(pkts[:k])
-					netvsc.PutBurst(pkts[m:k])
+					frame.PutBurst(pkts[m:k])
 					sent += m
 					if m < k || k == 0 {
 						q.WaitTx(ctx)

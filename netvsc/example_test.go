@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -59,7 +60,7 @@ func Example() {
 	// TxBurst takes those it can and the rest stay ours.
 	q := nic.Queues()[0]
 	peer := net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
-	tx := make([]*netvsc.Packet, 8)
+	tx := make([]*frame.Packet, 8)
 	for i := range tx {
 		p := q.Alloc()
 		f := p.SetLen(60) // the shortest Ethernet frame without its FCS
@@ -76,7 +77,7 @@ func Example() {
 	}
 
 	// Receive: RxBurst never blocks; when it finds nothing, Wait.
-	rx := make([]*netvsc.Packet, 32)
+	rx := make([]*frame.Packet, 32)
 	received := 0
 	for received < sent {
 		n := q.RxBurst(rx)

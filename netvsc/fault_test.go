@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
@@ -22,21 +23,21 @@ import (
 func traffic(n *netvsc.NIC, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	peer := []byte{0x02, 0, 0, 0, 0, 9}
-	pkts := make([]*netvsc.Packet, 16)
+	pkts := make([]*frame.Packet, 16)
 	for seq := uint32(0); time.Now().Before(deadline); seq++ {
 		for _, q := range n.Queues() {
 			if err := q.Err(); err != nil {
 				return err
 			}
 			if p := q.Alloc(); p != nil {
-				f := frame(peer, n.MAC(), 200, seq, 1000)
+				f := testFrame(peer, n.MAC(), 200, seq, 1000)
 				copy(p.SetLen(len(f)), f)
-				if q.TxBurst([]*netvsc.Packet{p}) == 0 {
+				if q.TxBurst([]*frame.Packet{p}) == 0 {
 					p.Free()
 				}
 			}
 			k := q.RxBurst(pkts)
-			netvsc.PutBurst(pkts[:k])
+			frame.PutBurst(pkts[:k])
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 			q.Wait(ctx)
 			cancel()

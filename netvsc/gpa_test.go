@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
@@ -21,7 +22,7 @@ import (
 func collect(t *testing.T, n *netvsc.NIC, want int) [][]byte {
 	t.Helper()
 	var out [][]byte
-	rx := make([]*netvsc.Packet, 64)
+	rx := make([]*frame.Packet, 64)
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out) < want {
 		if time.Now().After(deadline) {
@@ -45,7 +46,7 @@ func collect(t *testing.T, n *netvsc.NIC, want int) [][]byte {
 	return out
 }
 
-func sendOne(t *testing.T, q *netvsc.Queue, f []byte, meta netvsc.Meta) {
+func sendOne(t *testing.T, q *netvsc.Queue, f []byte, meta frame.Meta) {
 	t.Helper()
 	p := q.Alloc()
 	if p == nil || p.Cap() < len(f) {
@@ -53,7 +54,7 @@ func sendOne(t *testing.T, q *netvsc.Queue, f []byte, meta netvsc.Meta) {
 	}
 	copy(p.SetLen(len(f)), f)
 	p.Meta = meta
-	for q.TxBurst([]*netvsc.Packet{p}) == 0 {
+	for q.TxBurst([]*frame.Packet{p}) == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := q.WaitTx(ctx)
 		cancel()
@@ -65,7 +66,7 @@ func sendOne(t *testing.T, q *netvsc.Queue, f []byte, meta netvsc.Meta) {
 
 // tcpFrame builds a TCP/IPv4 frame with payload bytes of data.
 func tcpFrame(dst, src []byte, payload int, seq uint32) []byte {
-	f := frame(dst, src, 54+payload, seq, 40000)
+	f := testFrame(dst, src, 54+payload, seq, 40000)
 	ip := f[14:34]
 	ip[9] = 6
 	ip[6] = 0x40 // DF, as TCP sends
@@ -209,14 +210,14 @@ func TestJumboFramesReachThePortIntact(t *testing.T) {
 		var f []byte
 		switch i % 3 {
 		case 0:
-			f = frame(peer, n.MAC(), 9014, uint32(i), 1000)
+			f = testFrame(peer, n.MAC(), 9014, uint32(i), 1000)
 		case 1:
 			f = tcpFrame(peer, n.MAC(), 9014-54, uint32(i))
 		default:
-			f = frame(peer, n.MAC(), 9014, uint32(i), 1000)
+			f = testFrame(peer, n.MAC(), 9014, uint32(i), 1000)
 			binary.BigEndian.PutUint16(f[12:], 0x88b5) // local experimental ethertype: not IP
 		}
-		sendOne(t, q, f, netvsc.Meta{})
+		sendOne(t, q, f, frame.Meta{})
 		sent = append(sent, f)
 	}
 	got := port.wait(t, len(sent))
@@ -245,15 +246,15 @@ func TestLargeFramesWithoutGPA(t *testing.T) {
 		netvsc.Config{MTU: 9000, PoolPackets: 256})
 	q := n.Queues()[0]
 	peer := []byte{0x02, 0, 0, 0, 0, 9}
-	udp := frame(peer, n.MAC(), 9014, 1, 1000)
+	udp := testFrame(peer, n.MAC(), 9014, 1, 1000)
 	tcp := tcpFrame(peer, n.MAC(), 8000, 1000) // no MetaTxLSO: not the sender's to cut
-	other := frame(peer, n.MAC(), 7000, 2, 1000)
+	other := testFrame(peer, n.MAC(), 7000, 2, 1000)
 	binary.BigEndian.PutUint16(other[12:], 0x88b5)
 	for _, f := range [][]byte{udp, tcp, other} {
-		sendOne(t, q, f, netvsc.Meta{})
+		sendOne(t, q, f, frame.Meta{})
 	}
-	small := frame(peer, n.MAC(), 1514, 3, 1000)
-	sendOne(t, q, small, netvsc.Meta{})
+	small := testFrame(peer, n.MAC(), 1514, 3, 1000)
+	sendOne(t, q, small, frame.Meta{})
 	// One queue, in order: when the small frame is there, the big ones
 	// would have been before it.
 	if got := port.wait(t, 1); !bytes.Equal(got[0], small) {
@@ -283,12 +284,12 @@ func TestLargeFramesWithoutGPA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(f []byte, m netvsc.Meta) {
+	send := func(f []byte, m frame.Meta) {
 		t.Helper()
 		p := pool.Get()
 		copy(p.SetLen(len(f)), f)
 		p.Meta = m
-		for q.TxBurst([]*netvsc.Packet{p}) == 0 {
+		for q.TxBurst([]*frame.Packet{p}) == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err := q.WaitTx(ctx)
 			cancel()
@@ -298,7 +299,7 @@ func TestLargeFramesWithoutGPA(t *testing.T) {
 		}
 	}
 	big := tcpFrame(peer, n.MAC(), 20000, 5000)
-	send(big, netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxIPv4 | netvsc.MetaTxTCPChecksum, L3Off: 14, L4Off: 34, MSS: 1448})
+	send(big, frame.Meta{Flags: frame.MetaTxLSO | frame.MetaTxIPv4 | frame.MetaTxTCPChecksum, L3Off: 14, L4Off: 34, MSS: 1448})
 	want := (20000 + 1447) / 1448
 	segs := port.wait(t, 1+want)[1:]
 	var payload []byte
@@ -317,7 +318,7 @@ func TestLargeFramesWithoutGPA(t *testing.T) {
 
 	// A frame beyond the MTU that is no TSO super-frame is dropped.
 	before := q.Stats().TxTooBig
-	send(frame(peer, n.MAC(), 9100, 4, 1000), netvsc.Meta{})
+	send(testFrame(peer, n.MAC(), 9100, 4, 1000), frame.Meta{})
 	if st := q.Stats(); st.TxTooBig != before+1 {
 		t.Errorf("tx_too_big %d, want %d", st.TxTooBig, before+1)
 	}
@@ -389,7 +390,7 @@ func TestLSO(t *testing.T) {
 			}
 			sn.Attach(sim.NewReflector())
 			cfg := netvsc.Config{PoolPackets: 64, NoOffloads: c.noLSO}
-			var pool *netvsc.Pool
+			var pool *frame.Pool
 			if c.gpa {
 				cfg.GPAPool = newGPAPool(t, h)
 				pool, err = netvsc.NewPool(8, 65536, cfg.GPAPool)
@@ -409,10 +410,10 @@ func TestLSO(t *testing.T) {
 			big[14+2], big[14+3] = 0, 0 // Linux leaves a large send's IP length 0
 			p := pool.Get()
 			copy(p.SetLen(len(big)), big)
-			p.Meta = netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxIPv4 | netvsc.MetaTxTCPChecksum | netvsc.MetaTxIPChecksum,
+			p.Meta = frame.Meta{Flags: frame.MetaTxLSO | frame.MetaTxIPv4 | frame.MetaTxTCPChecksum | frame.MetaTxIPChecksum,
 				L3Off: 14, L4Off: 34, MSS: 1448}
 			q := n.Queues()[0]
-			if q.TxBurst([]*netvsc.Packet{p}) != 1 {
+			if q.TxBurst([]*frame.Packet{p}) != 1 {
 				t.Fatal("LSO frame refused")
 			}
 			want := (30000 + 1447) / 1448
@@ -521,12 +522,12 @@ func TestLargeSendPiecesAllocateNothing(t *testing.T) {
 	}
 	big := tcpFrame([]byte{0x02, 0, 0, 0, 0, 9}, n.MAC(), 60000, 5000)
 	q := n.Queues()[0]
-	burst := make([]*netvsc.Packet, 1)
+	burst := make([]*frame.Packet, 1)
 	ctx := context.Background()
 	if a := testing.AllocsPerRun(50, func() {
 		p := pool.Get()
 		copy(p.SetLen(len(big)), big)
-		p.Meta = netvsc.Meta{Flags: netvsc.MetaTxLSO | netvsc.MetaTxIPv4 | netvsc.MetaTxTCPChecksum, L3Off: 14, L4Off: 34, MSS: 1448}
+		p.Meta = frame.Meta{Flags: frame.MetaTxLSO | frame.MetaTxIPv4 | frame.MetaTxTCPChecksum, L3Off: 14, L4Off: 34, MSS: 1448}
 		burst[0] = p
 		for q.TxBurst(burst) == 0 {
 			q.WaitTx(ctx)

@@ -1,6 +1,7 @@
 package netvsc
 
 import (
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/gso"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
@@ -17,9 +18,9 @@ import (
 // configuration (OID_TCP_OFFLOAD_PARAMETERS): what a frame's Meta may ask
 // for. Without one, the sender finishes the checksums itself.
 // TxOffloads returns the transmit offloads the host granted.
-func (n *NIC) TxOffloads() TxOffloads {
+func (n *NIC) TxOffloads() frame.TxOffloads {
 	o := n.session().off
-	return TxOffloads{IPv4Checksum: o.ip4, TCP4Checksum: o.tcp4, TCP6Checksum: o.tcp6,
+	return frame.TxOffloads{IPv4Checksum: o.ip4, TCP4Checksum: o.tcp4, TCP6Checksum: o.tcp6,
 		UDP4Checksum: o.udp4, UDP6Checksum: o.udp6, LSO4: o.lso4, LSO6: o.lso6}
 }
 
@@ -29,12 +30,12 @@ func (n *NIC) TxOffloads() TxOffloads {
 // frame with the checksum offload or a checksum computed here). The
 // pieces are written straight into the sections. False means not enough
 // sections or ring now (the packet stays the caller's).
-func (q *Queue) sendLSOPieces(p *Packet, info *rndis.PacketInfo) bool {
+func (q *Queue) sendLSOPieces(p *frame.Packet, info *rndis.PacketInfo) bool {
 	s := q.s
-	frame := p.Data()
+	data := p.Data()
 	mss := int(p.Meta.MSS)
-	l, err := gso.Parse(frame)
-	v6 := p.Meta.Flags&MetaTxIPv6 != 0
+	l, err := gso.Parse(data)
+	v6 := p.Meta.Flags&frame.MetaTxIPv6 != 0
 	if err != nil || l.Proto != gso.ProtoTCP || l.V6 != v6 || mss <= 0 || l.Payload+mss > s.mtu+EthernetHeaderSize {
 		return q.segment(p, info) // the software path decides (and drops what it cannot cut)
 	}
@@ -44,9 +45,9 @@ func (q *Queue) sendLSOPieces(p *Packet, info *rndis.PacketInfo) bool {
 	oneInfo = lsoInfo
 	lsoInfo.SetLSO(rndis.NewLSOv2(mss, l.L4, v6))
 	limit := s.off.lso4
-	ipFlag, csFlag := rndis.TxChecksumIPv4, MetaTxIPv4|MetaTxTCPChecksum
+	ipFlag, csFlag := rndis.TxChecksumIPv4, frame.MetaTxIPv4|frame.MetaTxTCPChecksum
 	if v6 {
-		limit, ipFlag, csFlag = s.off.lso6, rndis.TxChecksumIPv6, MetaTxIPv6|MetaTxTCPChecksum
+		limit, ipFlag, csFlag = s.off.lso6, rndis.TxChecksumIPv6, frame.MetaTxIPv6|frame.MetaTxTCPChecksum
 	}
 	oneMode := gso.Full
 	if s.off.csum(csFlag) {
@@ -80,7 +81,7 @@ func (q *Queue) sendLSOPieces(p *Packet, info *rndis.PacketInfo) bool {
 		}
 		return dst
 	}
-	if _, err := gso.Split(frame, l, mss, per, gso.LSOSeed, next); err != nil {
+	if _, err := gso.Split(data, l, mss, per, gso.LSOSeed, next); err != nil {
 		q.c.txNoSpace.inc() // cannot happen after reserve
 	}
 	if single != nil {

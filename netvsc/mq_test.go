@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -20,7 +21,7 @@ func rxAll(ctx context.Context, n *netvsc.NIC, per []atomic.Uint64) *sync.WaitGr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pkts := make([]*netvsc.Packet, 64)
+			pkts := make([]*frame.Packet, 64)
 			for ctx.Err() == nil {
 				k := q.RxBurst(pkts)
 				if k == 0 {
@@ -30,7 +31,7 @@ func rxAll(ctx context.Context, n *netvsc.NIC, per []atomic.Uint64) *sync.WaitGr
 					continue
 				}
 				per[i].Add(uint64(k))
-				netvsc.PutBurst(pkts[:k])
+				frame.PutBurst(pkts[:k])
 			}
 		}()
 	}
@@ -54,7 +55,7 @@ func (p *tcpFlows) Connect(up sim.Uplink) error {
 		for i := 0; i < p.count; i += 32 {
 			var fs [][]byte
 			for k := i; k < i+32 && k < p.count; k++ {
-				f := frame(up.MAC(), src, 64+k%1400, uint32(k), uint16(1000+k%64))
+				f := testFrame(up.MAC(), src, 64+k%1400, uint32(k), uint16(1000+k%64))
 				f[23] = 6 // TCP; the checksum is not checked here
 				f[46] = 0x50
 				fs = append(fs, f)
@@ -156,7 +157,7 @@ func TestLinkDownUpIsReported(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 			n.Queues()[0].Wait(ctx)
 			cancel()
-			n.Queues()[0].RxBurst(make([]*netvsc.Packet, 8))
+			n.Queues()[0].RxBurst(make([]*frame.Packet, 8))
 		}
 		select {
 		case <-ch:
@@ -198,7 +199,7 @@ func TestSwitchDataPathAndVF(t *testing.T) {
 	_, sn, n := newNIC(t, sim.NICConfig{VF: 7, VFDelay: time.Millisecond}, sim.NewReflector(), netvsc.Config{})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n.Queues()[0].RxBurst(make([]*netvsc.Packet, 8))
+		n.Queues()[0].RxBurst(make([]*frame.Packet, 8))
 		if serial, ok := n.VF(); ok {
 			if serial != 7 {
 				t.Fatalf("VF serial %d", serial)
@@ -271,16 +272,16 @@ func TestSharedInterruptFdPerQueueAccounting(t *testing.T) {
 			// Every test frame has the same addresses, so RSS puts all of
 			// them on one queue: find which.
 			peer := []byte{0x02, 0, 0, 0, 0, 9}
-			sendOne(t, qs[0], frame(peer, n.MAC(), 100, 0, 1000), netvsc.Meta{})
+			sendOne(t, qs[0], testFrame(peer, n.MAC(), 100, 0, 1000), frame.Meta{})
 			busy := -1
-			rx := make([]*netvsc.Packet, 64)
+			rx := make([]*frame.Packet, 64)
 			for deadline := time.Now().Add(10 * time.Second); busy < 0; {
 				if time.Now().After(deadline) {
 					t.Fatal("the first frame did not come back")
 				}
 				for i, q := range qs {
 					if k := q.RxBurst(rx); k > 0 {
-						netvsc.PutBurst(rx[:k])
+						frame.PutBurst(rx[:k])
 						busy = i
 					}
 				}
@@ -309,7 +310,7 @@ func TestSharedInterruptFdPerQueueAccounting(t *testing.T) {
 				return iq.Stats().Channel.IdleWaits > i0.Channel.IdleWaits
 			})
 			for i := range 200 {
-				sendOne(t, bq, frame(peer, n.MAC(), 64+i, uint32(i+1), 1000), netvsc.Meta{})
+				sendOne(t, bq, testFrame(peer, n.MAC(), 64+i, uint32(i+1), 1000), frame.Meta{})
 				for deadline := time.Now().Add(10 * time.Second); bq.RxBurst(rx[:1]) == 0; {
 					if time.Now().After(deadline) {
 						t.Fatalf("frame %d did not come back", i+1)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -122,19 +123,19 @@ type offloads struct {
 	lso4, lso6             int // max LSO size, 0 = off
 }
 
-func (o *offloads) csum(f MetaFlags) bool {
-	v6 := f&MetaTxIPv6 != 0
+func (o *offloads) csum(f frame.MetaFlags) bool {
+	v6 := f&frame.MetaTxIPv6 != 0
 	switch {
-	case f&MetaTxTCPChecksum != 0:
+	case f&frame.MetaTxTCPChecksum != 0:
 		return (!v6 && o.tcp4) || (v6 && o.tcp6)
-	case f&MetaTxUDPChecksum != 0:
+	case f&frame.MetaTxUDPChecksum != 0:
 		return (!v6 && o.udp4) || (v6 && o.udp6)
 	}
-	return f&MetaTxIPChecksum != 0 && o.ip4
+	return f&frame.MetaTxIPChecksum != 0 && o.ip4
 }
 
-func (o *offloads) lso(f MetaFlags, n int) bool {
-	if f&MetaTxIPv6 != 0 {
+func (o *offloads) lso(f frame.MetaFlags, n int) bool {
+	if f&frame.MetaTxIPv6 != 0 {
 		return o.lso6 > 0 && n <= o.lso6
 	}
 	return o.lso4 > 0 && n <= o.lso4
@@ -558,24 +559,24 @@ func (s *session) teardown() {
 // once the send buffer is known (assignSections).
 func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 	cfg := &s.cfg
-	frame := s.mtu + EthernetHeaderSize + 4
-	pool, err := NewPool(cfg.PoolPackets, frame, cfg.GPAPool)
+	frameLen := s.mtu + EthernetHeaderSize + 4
+	pool, err := NewPool(cfg.PoolPackets, frameLen, cfg.GPAPool)
 	if err != nil {
 		return nil, err
 	}
 	q := &Queue{
 		s: s, idx: idx, ch: ch, pool: pool,
-		stage:   make([]*Packet, cfg.RxStage),
-		fresh:   make([]*Packet, 32),
+		stage:   make([]*frame.Packet, cfg.RxStage),
+		fresh:   make([]*frame.Packet, 32),
 		scratch: make([]byte, maxControlMessage),
 		ackMsg:  nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil),
 		txWake:  make(chan struct{}, 1),
 		gpa:     newIdxRing(gpaSlots),
-		gpaPkts: make([]*Packet, gpaSlots), gpaBytes: make([]uint32, gpaSlots),
+		gpaPkts: make([]*frame.Packet, gpaSlots), gpaBytes: make([]uint32, gpaSlots),
 		nvspBuf: make([]byte, 0, nvsp.MessageSize),
 		hdrBuf:  make([]byte, 0, 1024),
 		pfns:    make([]uint64, 0, 128),
-		txDone:  make([]*Packet, 0, 256),
+		txDone:  make([]*frame.Packet, 0, 256),
 		segBuf:  make([]byte, s.mtu+EthernetHeaderSize),
 		sec:     newIdxRing(1),
 		vf:      s.nic.vfQueue(idx),

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
@@ -67,7 +68,7 @@ func newNIC(t testing.TB, nc sim.NICConfig, port sim.Port, cfg netvsc.Config) (*
 
 // frame builds a UDP/IPv4 frame of size bytes from src to dst carrying
 // seq, on UDP source port sport.
-func frame(dst, src []byte, size int, seq uint32, sport uint16) []byte {
+func testFrame(dst, src []byte, size int, seq uint32, sport uint16) []byte {
 	f := make([]byte, size)
 	copy(f[0:6], dst)
 	copy(f[6:12], src)
@@ -106,8 +107,8 @@ func roundTrip(t *testing.T, n *netvsc.NIC, q *netvsc.Queue, count int, sizes []
 	peer := []byte{0x02, 0, 0, 0, 0, 9}
 	want := map[uint32][]byte{}
 	sent, got := 0, 0
-	pkts := make([]*netvsc.Packet, 32)
-	rx := make([]*netvsc.Packet, 64)
+	pkts := make([]*frame.Packet, 32)
+	rx := make([]*frame.Packet, 64)
 	for got < count {
 		if ctx.Err() != nil {
 			t.Fatalf("timeout: sent %d, got %d; stats %+v", sent, got, n.Stats())
@@ -115,7 +116,7 @@ func roundTrip(t *testing.T, n *netvsc.NIC, q *netvsc.Queue, count int, sizes []
 		k := 0
 		for ; k < len(pkts) && sent+k < count && sent+k-got < 256; k++ {
 			seq := uint32(sent + k)
-			f := frame(peer, n.MAC(), sizes[int(seq)%len(sizes)], seq, uint16(1000+seq%7))
+			f := testFrame(peer, n.MAC(), sizes[int(seq)%len(sizes)], seq, uint16(1000+seq%7))
 			p := q.Alloc()
 			if p == nil {
 				break
@@ -206,7 +207,7 @@ func TestOpenReflectRoundTrip(t *testing.T) {
 	if after := n.Stats().Interrupts; after < st.Interrupts || after >= 2*st.Interrupts {
 		t.Errorf("interrupts %d before Close, %d after", st.Interrupts, after)
 	}
-	if q := n.Queues()[0]; q.RxBurst(make([]*netvsc.Packet, 1)) != 0 {
+	if q := n.Queues()[0]; q.RxBurst(make([]*frame.Packet, 1)) != 0 {
 		t.Errorf("burst after close")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
@@ -180,7 +181,7 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 	nic := &NIC{linkCh: make(chan struct{}), events: map[string]uint64{}}
 	s := &session{subAllocs: count, recv: make([]byte, count*sub), dead: make(chan struct{}), nic: nic}
 	s.running.Store(true)
-	q := &Queue{s: s, ch: ch, pool: pool, stage: make([]*Packet, 4), fresh: make([]*Packet, 4),
+	q := &Queue{s: s, ch: ch, pool: pool, stage: make([]*frame.Packet, 4), fresh: make([]*frame.Packet, 4),
 		scratch: make([]byte, maxControlMessage), ackMsg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}
 	q.initAcks()
 
@@ -231,7 +232,7 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 	if !s.linkUp.Load() {
 		t.Fatal("the link indication was not handled")
 	}
-	got := make([]*Packet, 2)
+	got := make([]*frame.Packet, 2)
 	if k := q.unstageLocked(got); k != 1 {
 		t.Fatalf("%d frames received, want 1", k)
 	}

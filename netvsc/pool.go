@@ -7,33 +7,6 @@ import (
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
-// Packet, Pool, Meta and the offload flags are the frame package's: every
-// port speaks them.
-type (
-	Packet     = frame.Packet
-	Pool       = frame.Pool
-	Meta       = frame.Meta
-	MetaFlags  = frame.MetaFlags
-	TxOffloads = frame.TxOffloads
-)
-
-const (
-	MetaVLAN           = frame.MetaVLAN
-	MetaHash           = frame.MetaHash
-	MetaRxIPChecksumOK = frame.MetaRxIPChecksumOK
-	MetaRxL4ChecksumOK = frame.MetaRxL4ChecksumOK
-	MetaRxChecksumBad  = frame.MetaRxChecksumBad
-	MetaTxIPv4         = frame.MetaTxIPv4
-	MetaTxIPv6         = frame.MetaTxIPv6
-	MetaTxIPChecksum   = frame.MetaTxIPChecksum
-	MetaTxTCPChecksum  = frame.MetaTxTCPChecksum
-	MetaTxUDPChecksum  = frame.MetaTxUDPChecksum
-	MetaTxLSO          = frame.MetaTxLSO
-)
-
-// PutBurst is frame.PutBurst.
-func PutBurst(pkts []*Packet) { frame.PutBurst(pkts) }
-
 // Headroom reserved in front of each frame: a PACKET_MSG header and every
 // per-packet info this package writes, rounded up.
 const Headroom = (rndis.MaxPacketHeaderLen + 63) &^ 63

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -48,16 +49,16 @@ type Queue struct {
 	s    *session
 	idx  int
 	ch   *vmbus.Channel
-	pool *Pool
+	pool *frame.Pool
 
 	inMu    sync.Mutex
-	stage   []*Packet // received, not yet handed to RxBurst
+	stage   []*frame.Packet // received, not yet handed to RxBurst
 	stHead  int
 	stLen   int
 	stCount atomic.Int32
-	out     []*Packet // the caller's slice during a drain
+	out     []*frame.Packet // the caller's slice during a drain
 	outN    int
-	fresh   []*Packet // packets taken from the pool, not yet filled
+	fresh   []*frame.Packet // packets taken from the pool, not yet filled
 	freshN  int
 	scratch []byte
 	lastRx  atomic.Int64 // when a drain last found work (nanotime)
@@ -76,12 +77,12 @@ type Queue struct {
 	cur        openSection
 	gpa        *idxRing
 	gpaSt      []uint32 // GPA slots taken but not used
-	gpaPkts    []*Packet
+	gpaPkts    []*frame.Packet
 	gpaBytes   []uint32
 	nvspBuf    []byte
 	hdrBuf     []byte
 	pfns       []uint64
-	txDone     []*Packet // copied packets freed at the end of a burst
+	txDone     []*frame.Packet // copied packets freed at the end of a burst
 	segBuf     []byte
 	txWaiting  atomic.Bool
 	txWake     chan struct{}
@@ -139,14 +140,14 @@ func (q *Queue) Index() int { return q.idx }
 func (q *Queue) Channel() *vmbus.Channel { return q.ch }
 
 // Pool returns the queue's packet pool.
-func (q *Queue) Pool() *Pool { return q.pool }
+func (q *Queue) Pool() *frame.Pool { return q.pool }
 
 // Alloc returns a free packet from the queue's pool, or nil when it is
 // exhausted.
-func (q *Queue) Alloc() *Packet { return q.pool.Get() }
+func (q *Queue) Alloc() *frame.Packet { return q.pool.Get() }
 
 // AllocBurst fills pkts from the queue's pool and returns how many.
-func (q *Queue) AllocBurst(pkts []*Packet) int { return q.pool.GetBurst(pkts) }
+func (q *Queue) AllocBurst(pkts []*frame.Packet) int { return q.pool.GetBurst(pkts) }
 
 // Err returns why the queue stopped (ErrClosed, ErrReconfigured, a
 // *DeviceError), or nil.
@@ -158,7 +159,7 @@ func (q *Queue) Stats() QueueStats { return q.stats() }
 // RxBurst fills pkts with received frames and returns how many. Each
 // packet is the caller's until it frees it (or passes it to TxBurst). It
 // never blocks; call Wait when it returns 0.
-func (q *Queue) RxBurst(pkts []*Packet) int {
+func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 	if len(pkts) == 0 || q.s.err() != nil {
 		return 0
 	}
@@ -182,7 +183,7 @@ func (q *Queue) RxBurst(pkts []*Packet) int {
 }
 
 // unstageLocked moves staged packets to pkts.
-func (q *Queue) unstageLocked(pkts []*Packet) int {
+func (q *Queue) unstageLocked(pkts []*frame.Packet) int {
 	n := min(len(pkts), q.stLen)
 	for i := 0; i < n; i++ {
 		pkts[i] = q.stage[q.stHead]
@@ -201,7 +202,7 @@ func (q *Queue) unstageLocked(pkts []*Packet) int {
 
 // stageLocked keeps a received packet for a later RxBurst; false when the
 // staging queue is full.
-func (q *Queue) stageLocked(p *Packet) bool {
+func (q *Queue) stageLocked(p *frame.Packet) bool {
 	if q.stLen == len(q.stage) {
 		return false
 	}
@@ -645,7 +646,7 @@ func (q *Queue) release() {
 // flight) to the pool; the queue is quiesced.
 func (q *Queue) freeAll() {
 	for q.stLen > 0 {
-		var one [1]*Packet
+		var one [1]*frame.Packet
 		q.unstageLocked(one[:])
 		one[0].Free()
 	}

@@ -3,6 +3,7 @@ package netvsc
 import (
 	"encoding/binary"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
@@ -158,26 +159,26 @@ func checkRxPacket(hdr []byte, count int) (dataOff, n int, ppi []byte, err error
 }
 
 // applyRxInfo turns the host's per-packet info into packet metadata.
-func applyRxInfo(m *Meta, pi *rndis.PacketInfo) {
+func applyRxInfo(m *frame.Meta, pi *rndis.PacketInfo) {
 	if pi.Has&rndis.InfoVLAN != 0 {
-		m.Flags |= MetaVLAN
+		m.Flags |= frame.MetaVLAN
 		m.VLAN = pi.VLAN.TCI()
 	}
 	// DPDK trusts a hash only with both the value and the hash info.
 	if pi.Has&(rndis.InfoHashValue|rndis.InfoHashInfo) == rndis.InfoHashValue|rndis.InfoHashInfo {
-		m.Flags |= MetaHash
+		m.Flags |= frame.MetaHash
 		m.Hash = pi.HashValue
 	}
 	if pi.Has&rndis.InfoChecksum != 0 {
 		c := rndis.RxChecksum(pi.Checksum)
 		if c&(rndis.RxChecksumTCPFailed|rndis.RxChecksumUDPFailed|rndis.RxChecksumIPFailed) != 0 {
-			m.Flags |= MetaRxChecksumBad
+			m.Flags |= frame.MetaRxChecksumBad
 		} else {
 			if c&rndis.RxChecksumIPOK != 0 && c&rndis.RxChecksumIPValueInvalid == 0 {
-				m.Flags |= MetaRxIPChecksumOK
+				m.Flags |= frame.MetaRxIPChecksumOK
 			}
 			if c&(rndis.RxChecksumTCPOK|rndis.RxChecksumUDPOK) != 0 {
-				m.Flags |= MetaRxL4ChecksumOK
+				m.Flags |= frame.MetaRxL4ChecksumOK
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
@@ -97,10 +98,10 @@ func TestParseXferFramesAndInfo(t *testing.T) {
 	if len(r.frames) != 2 || string(r.frames[0]) != string(f1) || string(r.frames[1]) != "second frame......" {
 		t.Fatalf("frames %q", r.frames)
 	}
-	var m Meta
+	var m frame.Meta
 	applyRxInfo(&m, &r.infos[0])
-	if m.Flags&MetaVLAN == 0 || m.VLAN != rndis.NewVLANInfo(5, false, 42).TCI() || m.Flags&MetaHash == 0 || m.Hash != 0xdeadbeef ||
-		m.Flags&MetaRxL4ChecksumOK == 0 || m.Flags&MetaRxIPChecksumOK == 0 {
+	if m.Flags&frame.MetaVLAN == 0 || m.VLAN != rndis.NewVLANInfo(5, false, 42).TCI() || m.Flags&frame.MetaHash == 0 || m.Hash != 0xdeadbeef ||
+		m.Flags&frame.MetaRxL4ChecksumOK == 0 || m.Flags&frame.MetaRxIPChecksumOK == 0 {
 		t.Errorf("meta %+v", m)
 	}
 	if len(r.controls) != 1 || string(r.controls[0]) != string(ctl) {

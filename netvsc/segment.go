@@ -3,6 +3,7 @@ package netvsc
 import (
 	"encoding/binary"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
@@ -24,43 +25,43 @@ const (
 // segment sends a TSO super-frame in segments; false means not enough
 // free sections or ring now (the packet stays the caller's). A frame that
 // is not a well-formed TCP/IP frame is dropped (tx_too_big).
-func (q *Queue) segment(p *Packet, info *rndis.PacketInfo) bool {
+func (q *Queue) segment(p *frame.Packet, info *rndis.PacketInfo) bool {
 	s := q.s
-	frame := p.Data()
+	data := p.Data()
 	// A segment must be a legal frame and fit a send section with its
 	// header and per-packet info.
 	maxFrame := min(s.mtu+EthernetHeaderSize, s.aggMax-rndis.PacketHeaderSize-2*rndis.PPIUint32Size)
 	drop := func() bool { return q.drop(p, &q.c.txTooBig) }
-	if len(frame) < EthernetHeaderSize+20 {
+	if len(data) < EthernetHeaderSize+20 {
 		return drop()
 	}
 	var sub rndis.PacketInfo // what every segment carries: hash and VLAN
 	sub.Has = info.Has & (rndis.InfoHashValue | rndis.InfoVLAN)
 	sub.HashValue, sub.VLAN = info.HashValue, info.VLAN
-	et := binary.BigEndian.Uint16(frame[12:])
+	et := binary.BigEndian.Uint16(data[12:])
 	l3 := EthernetHeaderSize
 	var l4, proto int
 	switch et {
 	case etherTypeIPv4:
-		ihl := int(frame[l3]&0xf) * 4
-		if frame[l3]>>4 != 4 || ihl < 20 || l3+ihl > len(frame) {
+		ihl := int(data[l3]&0xf) * 4
+		if data[l3]>>4 != 4 || ihl < 20 || l3+ihl > len(data) {
 			return drop()
 		}
-		l4, proto = l3+ihl, int(frame[l3+9])
+		l4, proto = l3+ihl, int(data[l3+9])
 	case etherTypeIPv6:
-		if len(frame) < l3+40 {
+		if len(data) < l3+40 {
 			return drop()
 		}
-		l4, proto = l3+40, int(frame[l3+6])
+		l4, proto = l3+40, int(data[l3+6])
 	default:
 		return drop()
 	}
-	if proto != protoTCP || len(frame) < l4+20 {
+	if proto != protoTCP || len(data) < l4+20 {
 		return drop()
 	}
-	thl := int(frame[l4+12]>>4) * 4
+	thl := int(data[l4+12]>>4) * 4
 	hdr := l4 + thl
-	if thl < 20 || hdr >= len(frame) {
+	if thl < 20 || hdr >= len(data) {
 		return drop()
 	}
 	mss := maxFrame - hdr
@@ -70,17 +71,17 @@ func (q *Queue) segment(p *Packet, info *rndis.PacketInfo) bool {
 	if mss <= 0 {
 		return drop()
 	}
-	k := (len(frame) - hdr + mss - 1) / mss
+	k := (len(data) - hdr + mss - 1) / mss
 	if !q.reserve(k) {
 		return false
 	}
 	q.c.txSegmented.inc()
-	for i, off := 0, hdr; off < len(frame); i, off = i+1, off+mss {
-		n := min(mss, len(frame)-off)
+	for i, off := 0, hdr; off < len(data); i, off = i+1, off+mss {
+		n := min(mss, len(data)-off)
 		seg := q.segBuf[:hdr+n]
-		copy(seg, frame[:hdr])
-		copy(seg[hdr:], frame[off:off+n])
-		fixTCPSegment(seg, et, l3, l4, uint32(off-hdr), i, off+n == len(frame), off == hdr)
+		copy(seg, data[:hdr])
+		copy(seg[hdr:], data[off:off+n])
+		fixTCPSegment(seg, et, l3, l4, uint32(off-hdr), i, off+n == len(data), off == hdr)
 		q.copyPiece(seg, &sub)
 	}
 	q.txDone = append(q.txDone, p)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -42,7 +43,7 @@ var nvspSendSize = vmbus.PacketSize(0, nvsp.MessageSize)
 // completes a GPA-direct send); the rest stay the caller's. It never
 // blocks: a short count means the send buffer or the ring is full (see
 // WaitTx) or the NIC is down.
-func (q *Queue) TxBurst(pkts []*Packet) int {
+func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 	if len(pkts) == 0 || q.s.err() != nil {
 		return 0
 	}
@@ -75,7 +76,7 @@ func (q *Queue) TxBurst(pkts []*Packet) int {
 	return n
 }
 
-func (q *Queue) txBurstLocked(pkts []*Packet) int {
+func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 	s := q.s
 	q.outMu.Lock()
 	n := 0
@@ -92,7 +93,7 @@ func (q *Queue) txBurstLocked(pkts []*Packet) int {
 	}
 	q.outMu.Unlock()
 	if len(q.txDone) > 0 {
-		PutBurst(q.txDone)
+		frame.PutBurst(q.txDone)
 		clear(q.txDone)
 		q.txDone = q.txDone[:0]
 	}
@@ -101,32 +102,32 @@ func (q *Queue) txBurstLocked(pkts []*Packet) int {
 
 // txOne sends (or drops) one frame; false means no resources now and the
 // packet stays the caller's.
-func (q *Queue) txOne(p *Packet) bool {
+func (q *Queue) txOne(p *frame.Packet) bool {
 	s := q.s
 	if p.Len() == 0 {
 		q.c.txTooBig.inc()
 		q.txDone = append(q.txDone, p)
 		return true
 	}
-	frame := p.Data()
+	data := p.Data()
 	// Hyper-V drops frames with an in-band tag: move it to the rndis.PPI
 	// (DPDK 06c968f9ba).
-	if len(frame) >= 18 && frame[12] == 0x81 && frame[13] == 0x00 && p.Meta.Flags&MetaVLAN == 0 {
-		p.Meta.Flags |= MetaVLAN
-		p.Meta.VLAN = binary.BigEndian.Uint16(frame[14:])
-		copy(frame[4:16], frame[:12])
+	if len(data) >= 18 && data[12] == 0x81 && data[13] == 0x00 && p.Meta.Flags&frame.MetaVLAN == 0 {
+		p.Meta.Flags |= frame.MetaVLAN
+		p.Meta.VLAN = binary.BigEndian.Uint16(data[14:])
+		copy(data[4:16], data[:12])
 		p.TrimFront(4)
-		frame = p.Data()
+		data = p.Data()
 		q.c.txVLANMoved.inc()
 	}
 	var info rndis.PacketInfo
 	q.txInfo(p, &info)
-	msgLen := rndis.PacketHeaderSize + info.PPILen() + len(frame)
-	tso := p.Meta.Flags&MetaTxLSO != 0
+	msgLen := rndis.PacketHeaderSize + info.PPILen() + len(data)
+	tso := p.Meta.Flags&frame.MetaTxLSO != 0
 	// hostLSO: a super-frame the host segments (LSOv2 granted, within its
 	// size limit; txInfo).
 	hostLSO := info.Has&rndis.InfoLSO != 0
-	if len(frame) > s.mtu+EthernetHeaderSize && !hostLSO {
+	if len(data) > s.mtu+EthernetHeaderSize && !hostLSO {
 		switch {
 		case !tso:
 			return q.drop(p, &q.c.txTooBig)
@@ -136,7 +137,7 @@ func (q *Queue) txOne(p *Packet) bool {
 		return q.segment(p, &info)
 	}
 	if msgLen <= s.aggMax {
-		switch q.copyFrame(frame, &info) {
+		switch q.copyFrame(data, &info) {
 		case copyOK:
 			q.c.txCopied.inc()
 			if info.Has&rndis.InfoLSO != 0 {
@@ -171,7 +172,7 @@ func (q *Queue) txOne(p *Packet) bool {
 }
 
 // drop frees a frame the queue cannot send, counting it under c.
-func (q *Queue) drop(p *Packet, c *ctr) bool {
+func (q *Queue) drop(p *frame.Packet, c *ctr) bool {
 	c.inc()
 	q.txDone = append(q.txDone, p)
 	return true
@@ -179,38 +180,38 @@ func (q *Queue) drop(p *Packet, c *ctr) bool {
 
 // txInfo builds the per-packet info of a frame: the queue hash (DPDK: the
 // queue id steers the completion), VLAN, and the offloads the host took.
-func (q *Queue) txInfo(p *Packet, info *rndis.PacketInfo) {
+func (q *Queue) txInfo(p *frame.Packet, info *rndis.PacketInfo) {
 	s := q.s
 	if len(s.queues) > 1 {
 		info.SetHashValue(uint32(q.idx))
 	}
 	m := &p.Meta
-	if m.Flags&MetaVLAN != 0 {
+	if m.Flags&frame.MetaVLAN != 0 {
 		info.SetVLAN(rndis.VLANInfoFromTCI(m.VLAN))
 	}
-	if m.Flags&(MetaTxTCPChecksum|MetaTxUDPChecksum|MetaTxIPChecksum) != 0 && s.off.csum(m.Flags) {
+	if m.Flags&(frame.MetaTxTCPChecksum|frame.MetaTxUDPChecksum|frame.MetaTxIPChecksum) != 0 && s.off.csum(m.Flags) {
 		var c rndis.TxChecksum
-		if m.Flags&MetaTxIPv4 != 0 {
+		if m.Flags&frame.MetaTxIPv4 != 0 {
 			c |= rndis.TxChecksumIPv4
 		}
-		if m.Flags&MetaTxIPv6 != 0 {
+		if m.Flags&frame.MetaTxIPv6 != 0 {
 			c |= rndis.TxChecksumIPv6
 		}
-		if m.Flags&MetaTxTCPChecksum != 0 {
+		if m.Flags&frame.MetaTxTCPChecksum != 0 {
 			c |= rndis.TxChecksumTCP
 		}
-		if m.Flags&MetaTxUDPChecksum != 0 {
+		if m.Flags&frame.MetaTxUDPChecksum != 0 {
 			c |= rndis.TxChecksumUDP
 		}
-		if m.Flags&MetaTxIPChecksum != 0 {
+		if m.Flags&frame.MetaTxIPChecksum != 0 {
 			c |= rndis.TxChecksumIPHeader
 		}
 		info.SetChecksum(uint32(rndis.NewTxChecksum(c, int(m.L4Off))))
 	}
-	if m.Flags&MetaTxLSO != 0 && p.Len() > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.Len()) {
+	if m.Flags&frame.MetaTxLSO != 0 && p.Len() > s.mtu+EthernetHeaderSize && s.off.lso(m.Flags, p.Len()) {
 		// Whole: in a section when it fits (Linux copies any send smaller
 		// than a section), else GPA-direct; txOne cuts it otherwise.
-		info.SetLSO(rndis.NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&MetaTxIPv6 != 0))
+		info.SetLSO(rndis.NewLSOv2(int(m.MSS), int(m.L4Off), m.Flags&frame.MetaTxIPv6 != 0))
 	}
 }
 
@@ -223,10 +224,10 @@ const (
 )
 
 // copyFrame appends a PACKET_MSG to the open section, or opens one.
-func (q *Queue) copyFrame(frame []byte, info *rndis.PacketInfo) copyResult {
-	dst, r := q.allocFrame(len(frame), info)
+func (q *Queue) copyFrame(data []byte, info *rndis.PacketInfo) copyResult {
+	dst, r := q.allocFrame(len(data), info)
 	if r == copyOK {
-		copy(dst, frame)
+		copy(dst, data)
 	}
 	return r
 }
@@ -309,7 +310,7 @@ func (q *Queue) flushSection() {
 // sendGPA sends one frame GPA-direct from its pinned buffer, the RNDIS
 // header written into the headroom in front of it so that the message is
 // one range (docs/protocol/vmbus-ring.md §2.2: one gpa_range listing every page).
-func (q *Queue) sendGPA(p *Packet, info *rndis.PacketInfo) bool {
+func (q *Queue) sendGPA(p *frame.Packet, info *rndis.PacketInfo) bool {
 	q.flushSection()
 	hdrLen := rndis.PacketHeaderSize + info.PPILen()
 	if p.Headroom() < hdrLen {

@@ -35,6 +35,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/vmbusd/vmbusd/frame"
 )
 
 // VFMode says whether a NIC uses the VF the host associates with it.
@@ -248,7 +250,7 @@ func (n *NIC) VFChanged() <-chan struct{} {
 
 // MetaRxVF marks a frame RxBurst took from the VF rather than from the
 // host's rings (it carries no receive offload metadata then).
-const MetaRxVF MetaFlags = 1 << 15
+const MetaRxVF frame.MetaFlags = 1 << 15
 
 // DefaultVFTimeout bounds Open's wait for a required VF.
 const DefaultVFTimeout = 30 * time.Second

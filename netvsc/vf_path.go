@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
 )
 
@@ -33,8 +34,8 @@ type vfQueue struct {
 	txOn atomic.Bool
 
 	// Receive scratch (under the queue's inMu).
-	rxPkts    []*Packet
-	drainPkts []*Packet
+	rxPkts    []*frame.Packet
+	drainPkts []*frame.Packet
 	rxBufs    [][]byte
 	rxSizes   []int
 	rxNext    int
@@ -60,14 +61,14 @@ const vfBurst = 64
 
 func newVFQueue(m *vfManager, idx int) *vfQueue {
 	v := &vfQueue{m: m, idx: idx,
-		rxPkts: make([]*Packet, vfBurst), drainPkts: make([]*Packet, vfBurst), rxBufs: make([][]byte, vfBurst), rxSizes: make([]int, vfBurst),
+		rxPkts: make([]*frame.Packet, vfBurst), drainPkts: make([]*frame.Packet, vfBurst), rxBufs: make([][]byte, vfBurst), rxSizes: make([]int, vfBurst),
 		txBufs: make([][]byte, 0, vfBurst)}
 	return v
 }
 
 // vfRx receives VF frames into pkts (after the synthetic ring was
 // drained); inMu is held.
-func (q *Queue) vfRx(pkts []*Packet) int {
+func (q *Queue) vfRx(pkts []*frame.Packet) int {
 	v := q.vf
 	b := v.bind.Load()
 	if b == nil {
@@ -98,7 +99,7 @@ func (q *Queue) vfRx(pkts []*Packet) int {
 			bytes += uint64(p.Len())
 		}
 		if m < got {
-			PutBurst(v.rxPkts[m:got])
+			frame.PutBurst(v.rxPkts[m:got])
 		}
 		clear(v.rxPkts[:got])
 		clear(v.rxBufs[:got])
@@ -198,7 +199,7 @@ func (q *Queue) vfKick() {
 // vfTx sends a burst on the VF. It returns how many packets it took and
 // whether the VF took the burst's fate: false means the VF refused (gone,
 // down, detached meanwhile), and the caller sends the rest synthetic.
-func (q *Queue) vfTx(pkts []*Packet) (int, bool) {
+func (q *Queue) vfTx(pkts []*frame.Packet) (int, bool) {
 	v := q.vf
 	q.txMu.Lock()
 	defer q.txMu.Unlock()
@@ -232,7 +233,7 @@ func (q *Queue) vfTx(pkts []*Packet) (int, bool) {
 			n, err := s.Send(v.txBufs)
 			clear(v.txBufs)
 			v.countTx(pkts[taken : taken+n])
-			PutBurst(pkts[taken : taken+n])
+			frame.PutBurst(pkts[taken : taken+n])
 			taken += n
 			if err != nil {
 				if errors.Is(err, afxdp.ErrFrameSize) {
@@ -262,7 +263,7 @@ func (q *Queue) vfTx(pkts []*Packet) (int, bool) {
 	return taken, true
 }
 
-func (v *vfQueue) countTx(pkts []*Packet) {
+func (v *vfQueue) countTx(pkts []*frame.Packet) {
 	var b uint64
 	for _, p := range pkts {
 		b += uint64(p.Len())
@@ -274,68 +275,68 @@ func (v *vfQueue) countTx(pkts []*Packet) {
 // vfSegment sends an oversized TCP frame as MTU-sized segments with their
 // checksums (the host's LSO is not there on the VF), and drops anything
 // else too large. It always takes the packet; an error is the socket's.
-func (q *Queue) vfSegment(s *afxdp.Socket, p *Packet) error {
+func (q *Queue) vfSegment(s *afxdp.Socket, p *frame.Packet) error {
 	v := q.vf
 	defer p.Free()
-	frame := p.Data()
+	data := p.Data()
 	maxFrame := min(q.s.mtu+EthernetHeaderSize, s.MaxFrameLen())
-	if len(frame) < EthernetHeaderSize+20 {
+	if len(data) < EthernetHeaderSize+20 {
 		v.txDropped.inc()
 		return nil
 	}
-	et := binary.BigEndian.Uint16(frame[12:])
+	et := binary.BigEndian.Uint16(data[12:])
 	l3 := EthernetHeaderSize
 	var l4, proto int
 	switch et {
 	case etherTypeIPv4:
-		ihl := int(frame[l3]&0xf) * 4
-		if frame[l3]>>4 != 4 || ihl < 20 || l3+ihl > len(frame) {
+		ihl := int(data[l3]&0xf) * 4
+		if data[l3]>>4 != 4 || ihl < 20 || l3+ihl > len(data) {
 			v.txDropped.inc()
 			return nil
 		}
-		l4, proto = l3+ihl, int(frame[l3+9])
+		l4, proto = l3+ihl, int(data[l3+9])
 	case etherTypeIPv6:
-		if len(frame) < l3+40 {
+		if len(data) < l3+40 {
 			v.txDropped.inc()
 			return nil
 		}
-		l4, proto = l3+40, int(frame[l3+6])
+		l4, proto = l3+40, int(data[l3+6])
 	default:
 		v.txDropped.inc()
 		return nil
 	}
-	if proto != protoTCP || len(frame) < l4+20 {
+	if proto != protoTCP || len(data) < l4+20 {
 		v.txDropped.inc()
 		return nil
 	}
-	thl := int(frame[l4+12]>>4) * 4
+	thl := int(data[l4+12]>>4) * 4
 	hdr := l4 + thl
-	if thl < 20 || hdr >= len(frame) {
+	if thl < 20 || hdr >= len(data) {
 		v.txDropped.inc()
 		return nil
 	}
 	mss := maxFrame - hdr
-	if p.Meta.Flags&MetaTxLSO != 0 && p.Meta.MSS > 0 {
+	if p.Meta.Flags&frame.MetaTxLSO != 0 && p.Meta.MSS > 0 {
 		mss = min(mss, int(p.Meta.MSS))
 	}
 	if mss <= 0 {
 		v.txDropped.inc()
 		return nil
 	}
-	k := (len(frame) - hdr + mss - 1) / mss
+	k := (len(data) - hdr + mss - 1) / mss
 	need := k * (hdr + mss)
 	if cap(v.txSeg) < need {
 		v.txSeg = make([]byte, need)
 	}
 	seg := v.txSeg[:need]
 	v.txBufs = v.txBufs[:0]
-	for i, off := 0, hdr; off < len(frame); i, off = i+1, off+mss {
-		n := min(mss, len(frame)-off)
+	for i, off := 0, hdr; off < len(data); i, off = i+1, off+mss {
+		n := min(mss, len(data)-off)
 		f := seg[:hdr+n]
 		seg = seg[hdr+mss:]
-		copy(f, frame[:hdr])
-		copy(f[hdr:], frame[off:off+n])
-		fixTCPSegment(f, et, l3, l4, uint32(off-hdr), i, off+n == len(frame), off == hdr)
+		copy(f, data[:hdr])
+		copy(f[hdr:], data[off:off+n])
+		fixTCPSegment(f, et, l3, l4, uint32(off-hdr), i, off+n == len(data), off == hdr)
 		v.txBufs = append(v.txBufs, f)
 	}
 	bufs := v.txBufs
@@ -373,9 +374,9 @@ func (q *Queue) vfSegment(s *afxdp.Socket, p *Packet) error {
 
 // vfTxOffloads does in software the checksums a frame asks the host for
 // (the VF has no such offload here).
-func vfTxOffloads(p *Packet) {
+func vfTxOffloads(p *frame.Packet) {
 	m := &p.Meta
-	if m.Flags&(MetaTxIPChecksum|MetaTxTCPChecksum|MetaTxUDPChecksum) == 0 {
+	if m.Flags&(frame.MetaTxIPChecksum|frame.MetaTxTCPChecksum|frame.MetaTxUDPChecksum) == 0 {
 		return
 	}
 	f := p.Data()
@@ -393,7 +394,7 @@ func vfTxOffloads(p *Packet) {
 		if l4 == 0 {
 			l4 = l3 + ihl
 		}
-		if m.Flags&MetaTxIPChecksum != 0 && l3+ihl <= len(f) {
+		if m.Flags&frame.MetaTxIPChecksum != 0 && l3+ihl <= len(f) {
 			h := f[l3 : l3+ihl]
 			h[10], h[11] = 0, 0
 			binary.BigEndian.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
@@ -402,9 +403,9 @@ func vfTxOffloads(p *Packet) {
 		l4 = l3 + 40
 	}
 	at, proto := 16, uint32(protoTCP)
-	if m.Flags&MetaTxUDPChecksum != 0 {
+	if m.Flags&frame.MetaTxUDPChecksum != 0 {
 		at, proto = 6, 17
-	} else if m.Flags&MetaTxTCPChecksum == 0 {
+	} else if m.Flags&frame.MetaTxTCPChecksum == 0 {
 		return
 	}
 	if l4+at+2 > len(f) || (v6 && len(f) < l3+40) {
@@ -424,7 +425,7 @@ func vfTxOffloads(p *Packet) {
 		c = 0xffff
 	}
 	binary.BigEndian.PutUint16(seg[at:], c)
-	m.Flags &^= MetaTxIPChecksum | MetaTxTCPChecksum | MetaTxUDPChecksum
+	m.Flags &^= frame.MetaTxIPChecksum | frame.MetaTxTCPChecksum | frame.MetaTxUDPChecksum
 }
 
 // vfWaitTx waits for room on the VF's TX ring: it reaps completions, kicks

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
 )
 
@@ -155,12 +156,12 @@ func TestVFTxOffloadsComputeChecksums(t *testing.T) {
 		name  string
 		v6    bool
 		proto byte
-		flags MetaFlags
+		flags frame.MetaFlags
 	}{
-		{"tcp4", false, protoTCP, MetaTxIPv4 | MetaTxTCPChecksum | MetaTxIPChecksum},
-		{"udp4", false, 17, MetaTxIPv4 | MetaTxUDPChecksum},
-		{"tcp6", true, protoTCP, MetaTxIPv6 | MetaTxTCPChecksum},
-		{"udp6", true, 17, MetaTxIPv6 | MetaTxUDPChecksum},
+		{"tcp4", false, protoTCP, frame.MetaTxIPv4 | frame.MetaTxTCPChecksum | frame.MetaTxIPChecksum},
+		{"udp4", false, 17, frame.MetaTxIPv4 | frame.MetaTxUDPChecksum},
+		{"tcp6", true, protoTCP, frame.MetaTxIPv6 | frame.MetaTxTCPChecksum},
+		{"udp6", true, 17, frame.MetaTxIPv6 | frame.MetaTxUDPChecksum},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := pool.Get()
@@ -176,10 +177,10 @@ func TestVFTxOffloadsComputeChecksums(t *testing.T) {
 			if !l4ChecksumOK(f, c.v6, c.proto, l4) {
 				t.Errorf("transport checksum wrong: % x", f[l4:l4+20])
 			}
-			if c.flags&MetaTxIPChecksum != 0 && csum.Fold(csum.Add(0, f[14:34])) != 0xffff {
+			if c.flags&frame.MetaTxIPChecksum != 0 && csum.Fold(csum.Add(0, f[14:34])) != 0xffff {
 				t.Errorf("IPv4 header checksum wrong")
 			}
-			if p.Meta.Flags&(MetaTxTCPChecksum|MetaTxUDPChecksum|MetaTxIPChecksum) != 0 {
+			if p.Meta.Flags&(frame.MetaTxTCPChecksum|frame.MetaTxUDPChecksum|frame.MetaTxIPChecksum) != 0 {
 				t.Errorf("offload flags left: %v", p.Meta.Flags)
 			}
 		})
