@@ -2,6 +2,7 @@ package tap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -213,5 +214,61 @@ func TestQueueBurstsAllocateNothing(t *testing.T) {
 	}
 	if small.Available() != small.Size() {
 		t.Error("packets leaked")
+	}
+}
+
+// TestInterruptStopsWaitUntilResume: a forwarder stops a pump blocked in
+// Wait with Interrupt; Waits keep failing until Resume, after which a
+// frame from the kernel wakes Wait again.
+func TestInterruptStopsWaitUntilResume(t *testing.T) {
+	needRoot(t)
+	d, err := Create(Config{Name: "vmbi%d", Queues: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pool, err := frame.NewPool(frame.PoolConfig{Buffers: 16, Frame: 2048, Headroom: testHeadroom})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := d.Queues()[0]
+	q.SetPool(pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- q.Wait(ctx) }()
+	q.Interrupt()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait after Interrupt: %v, want context.Canceled", err)
+	}
+	if err := q.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a later Wait before Resume: %v, want context.Canceled", err)
+	}
+	q.Resume()
+	l, err := netlink.LinkByName(d.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer unix.Close(fd)
+	f := make([]byte, 60)
+	copy(f, []byte{0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x88, 0xb5})
+	if err := unix.Sendto(fd, f, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Wait(ctx); err != nil {
+		t.Fatalf("Wait after Resume: %v", err)
+	}
+	pkts := make([]*frame.Packet, 8)
+	n := q.RxBurst(pkts)
+	frame.PutBurst(pkts[:n])
+	if n == 0 {
+		t.Fatal("Wait returned with nothing for RxBurst")
+	}
+	if pool.Available() != pool.Size() {
+		t.Errorf("pool leaked: %d of %d free", pool.Available(), pool.Size())
 	}
 }
