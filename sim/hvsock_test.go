@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -66,16 +67,11 @@ func readAttr(t *testing.T, dir, name string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// waitFor polls cond until it holds (the test's own deadline bounds it).
+// waitFor is testutil.WaitFor with its default deadline, for the tests of
+// this package.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 0, cond, what)
 }
 
 func TestHvSockNeedsASignallingProfile(t *testing.T) {
@@ -201,7 +197,8 @@ func TestConnectRequestsAreBackPressured(t *testing.T) {
 	c.Write(a.Marshal())
 	c.Write(b.Marshal())
 	waitFor(t, "the first offer", func() bool { return hv.Stats().Offers == 1 })
-	time.Sleep(50 * time.Millisecond)
+	// The reader parks waiting for a pending slot, not for the socket.
+	testutil.WaitBlocked(t, 0, "(*HvSock).serveTL", "select")
 	if s := hv.Stats(); s.Requests != 1 || s.Offers != 1 {
 		t.Fatalf("stats %+v: the second request was taken while the first was pending", s)
 	}
