@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/internal/daemon"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/sim"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -195,15 +196,11 @@ func (r *rig) nicState(name string) daemon.NICStatus {
 	return daemon.NICStatus{}
 }
 
+// waitFor is testutil.WaitFor with its default deadline, for the tests of
+// this package.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	end := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 0, ok, what)
 }
 
 func forwarded(r *rig) uint64 { return r.sink.Stats().Received }
