@@ -22,6 +22,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/daemon"
 	"github.com/vmbusd/vmbusd/internal/jsonshape"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // These tests drive the vmbusd binary end to end against a simulated host
@@ -229,15 +230,11 @@ func listDevices(t *testing.T, root string) []daemon.Device {
 	return doc.Devices
 }
 
+// waitUntil is testutil.WaitFor, its arguments in the order of this
+// package's tests.
 func waitUntil(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
-	end := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, ok, what)
 }
 
 func TestCLIEndToEnd(t *testing.T) {
