@@ -74,16 +74,19 @@ func openSocket(t testing.TB, ifname string, queue int, cfg afxdp.Config) *afxdp
 func sendAll(t testing.TB, s *afxdp.Socket, frames [][]byte) {
 	t.Helper()
 	for len(frames) > 0 {
-		n, err := s.Send(frames)
-		if err != nil {
-			t.Fatalf("send: %v", err)
-		}
-		if n == 0 {
-			runtime.Gosched()
-			if err := s.Flush(); err != nil {
-				t.Fatalf("flush: %v", err)
+		var n int
+		testutil.WaitFor(t, 0, func() bool {
+			var err error
+			if n, err = s.Send(frames); err != nil {
+				t.Fatalf("send: %v", err)
 			}
-		}
+			if n == 0 {
+				if err := s.Flush(); err != nil {
+					t.Fatalf("flush: %v", err)
+				}
+			}
+			return n > 0
+		}, "room in the TX ring")
 		frames = frames[n:]
 	}
 	if err := s.Flush(); err != nil {
