@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -304,7 +305,14 @@ func TestReloadRetriesAFailedNIC(t *testing.T) {
 	cfg.NICs[0].MTU = 9500
 	r.startWith(t, cfg)
 	waitFor(t, "eth1 failed", func() bool { return r.nicState("eth1").State == "failed" })
-	ch, err := r.d.Reload(context.Background(), cfg)
+	// eth1 can fail before Run has finished starting; Reload refuses until
+	// then (ErrNotRunning, nothing applied), so try again.
+	var ch daemon.Changes
+	var err error
+	waitFor(t, "the daemon to take a reload", func() bool {
+		ch, err = r.d.Reload(context.Background(), cfg)
+		return !errors.Is(err, daemon.ErrNotRunning)
+	})
 	if err != nil || !slices.Equal(ch.Restarted, []string{"eth1"}) {
 		t.Fatalf("reload: %+v %v", ch, err)
 	}
