@@ -315,6 +315,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		{[]string{"status", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Status]()},
 		{[]string{"stats", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Stats]()},
 		{[]string{"devices", "--root", root, "--control", d.control, "--json"}, reflect.TypeFor[daemon.Devices]()},
+		{[]string{"check", "--root", root, "--json"}, reflect.TypeFor[daemon.Checks]()},
 	} {
 		if err := jsonshape.Check([]byte(mustVmbusd(t, doc.args...)), doc.t); err != nil {
 			t.Errorf("vmbusd %s: %v", strings.Join(doc.args, " "), err)

@@ -259,16 +259,24 @@ func runRestore(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runCheck(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet(out, "check", "check [--root DIR]")
+	fs := newFlagSet(out, "check", "check [--root DIR] [--json]")
 	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
+	asJSON := fs.Bool("json", false, "print the Checks document (docs/control-api.md); the exit code is the same")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	rep := bind.Check(*root)
-	if err := rep.Format(out); err != nil {
+	if *asJSON {
+		if err := printJSON(out, daemon.ChecksOf(rep)); err != nil {
+			return err
+		}
+	} else if err := rep.Format(out); err != nil {
 		return err
 	}
 	if !rep.OK() {
+		if *asJSON {
+			return fmt.Errorf("the system is not ready for vmbusd (see the checks with status fail)")
+		}
 		return fmt.Errorf("the system is not ready for vmbusd (see the FAIL lines)")
 	}
 	return nil
