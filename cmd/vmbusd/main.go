@@ -179,6 +179,7 @@ func newRootCommand(stdout, stderr io.Writer, ran *string) *cobra.Command {
 		cmd.SetHelpFunc(func(*cobra.Command, []string) { c.run(context.Background(), []string{"--help"}, stdout) })
 		root.AddCommand(cmd)
 	}
+	root.AddCommand(newManCommand(ran))
 	return root
 }
 
@@ -207,6 +208,10 @@ func newFlagSet(out io.Writer, name, synopsis string) *pflag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 	fs.Usage = func() {
+		if sink, ok := out.(*flagSink); ok {
+			sink.fs, sink.synopsis = fs, synopsis
+			return
+		}
 		// A backquoted word in a usage would become the value's
 		// placeholder: quote it plainly instead.
 		fs.VisitAll(func(f *pflag.Flag) { f.Usage = strings.ReplaceAll(f.Usage, "`", "'") })
