@@ -24,11 +24,7 @@ import (
 
 // controlFlag adds --control with the default the daemon uses.
 func controlFlag(fs *pflag.FlagSet) *string {
-	def := os.Getenv("VMBUSD_CONTROL")
-	if def == "" {
-		def = config.DefaultControlSocket
-	}
-	return fs.String("control", def, "the daemon's control socket (env VMBUSD_CONTROL)")
+	return envString(fs, "control", "VMBUSD_CONTROL", config.DefaultControlSocket, "the daemon's control socket")
 }
 
 func getJSON(ctx context.Context, sock, path string, v any) error {
