@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -283,8 +284,25 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 		return rx > 100
 	})
-	if out := mustVmbusd(t, "stats", "--control", d.control); !strings.Contains(out, "RX PKTS") {
+	if out := mustVmbusd(t, "stats", "--control", d.control); !strings.Contains(out, "RX PKTS") || !strings.Contains(out, "total") {
 		t.Fatalf("stats table:\n%s", out)
+	}
+	for view, names := range map[string][]string{
+		"--xstats":  {"rx_good_packets:", "tx_good_bytes:", "rx_missed_errors:", "rx_q0_packets:", "tx_q0_bytes:"},
+		"--ethtool": {"rx_no_memory:", "vf_rx_packets:"},
+	} {
+		out := mustVmbusd(t, "stats", view, "--control", d.control)
+		for _, n := range names {
+			if !strings.Contains(out, n) {
+				t.Errorf("stats %s lacks %s:\n%s", view, n, out)
+			}
+		}
+	}
+	// --watch: two reports of rates, then exit 0 (-c 2); the generator's
+	// frames keep arriving, so the NIC's receive rate is not zero.
+	if out := mustVmbusd(t, "stats", "--watch", "50ms", "-c", "2", "--control", d.control); strings.Count(out, "RX PKT/s") != 2 ||
+		!regexp.MustCompile(`(?m)^\s*eth1\s+total\s+[1-9]`).MatchString(out) {
+		t.Fatalf("stats --watch:\n%s", out)
 	}
 	// --json: the documents of docs/control-api.md, every key present.
 	for _, doc := range []struct {
@@ -294,6 +312,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		{[]string{"status", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Status]()},
 		{[]string{"stats", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Stats]()},
 		{[]string{"devices", "--root", root, "--control", d.control, "--json"}, reflect.TypeFor[daemon.Devices]()},
+		{[]string{"check", "--root", root, "--json"}, reflect.TypeFor[daemon.Checks]()},
 	} {
 		if err := jsonshape.Check([]byte(mustVmbusd(t, doc.args...)), doc.t); err != nil {
 			t.Errorf("vmbusd %s: %v", strings.Join(doc.args, " "), err)
