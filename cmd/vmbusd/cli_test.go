@@ -444,7 +444,8 @@ func TestCLIRejectsBadInput(t *testing.T) {
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "--queue", "-2"}, 2, "--queue -2"},
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-i", "eth1"}, 1, "no vmbusd running"},
 		{[]string{"status", "--control", filepath.Join(dir, "x.sock")}, 1, "no vmbusd running"},
-		{[]string{"bind", "--root", dir, "eth9"}, 1, "eth9"},
+		{[]string{"bind", "--root", dir, "eth9"}, 1, "vmbusd bind: device eth9"}, // said once, not "bind: bind:"
+		{[]string{"devices", "--root", dir}, 1, "no VMBus under"},                // not a Hyper-V tree: an error, not an empty list
 		{[]string{"bind", "--root", dir}, 2, "want exactly one device"},
 		{[]string{"sim", "--root", dir, "--profile", "5.4"}, 2, "unknown kernel profile"},
 		{[]string{"demo", "--queues", "0"}, 2, "--queues 0"},

@@ -29,6 +29,12 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	bus := filepath.Join(*root, "sys/bus/vmbus/devices")
+	if _, err := os.Stat(bus); err != nil {
+		// Not a Hyper-V guest (or a root that is not a simulated host's
+		// tree): an error, not an empty list.
+		return fmt.Errorf("no VMBus under %s (not a Hyper-V guest? try --root with a simulated host's directory): %w", bus, err)
+	}
 	devs, err := vmbus.ScanDevices(*root)
 	if err != nil && len(devs) == 0 {
 		return err
@@ -74,7 +80,7 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 		return printJSON(out, doc)
 	}
 	if len(rows) == 0 {
-		fmt.Fprintf(out, "no VMBus devices under %s (not a Hyper-V guest? try --root with a simulated host)\n", filepath.Join(*root, "sys/bus/vmbus/devices"))
+		fmt.Fprintf(os.Stderr, "vmbusd devices: the bus under %s offers no devices\n", bus)
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -126,7 +126,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	code := exitCode(err)
 	if code != exitOK {
-		fmt.Fprintf(stderr, "vmbusd %s: %v\n", ran, err)
+		// An error that already names the command ("bind: device eth9:
+		// ...", from internal/bind) is printed once, not as "bind: bind:".
+		msg := strings.TrimPrefix(err.Error(), ran+": ")
+		fmt.Fprintf(stderr, "vmbusd %s: %s\n", ran, msg)
 		if code == exitUsage && errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "Run 'vmbusd %s --help' for its flags.\n", ran)
 		}
