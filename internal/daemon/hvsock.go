@@ -74,7 +74,6 @@ func (f *fwdRunner) run(ctx context.Context) {
 		f.fwd.Dial = f.dialer()
 		f.listening.Store(true)
 		f.d.kickNow()
-		f.log.Info("forwarding", "listen", ln.Addr().String())
 		err = f.fwd.Serve(ctx)
 		f.listening.Store(false)
 		f.d.kickNow()
