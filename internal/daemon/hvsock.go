@@ -61,10 +61,12 @@ func (f *fwdRunner) run(ctx context.Context) {
 		ln, err := f.listen()
 		if err != nil {
 			f.log.Error("listen failed", "err", err, "retry_in", backoff)
+			t := f.d.clk.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-time.After(backoff):
+			case <-t.C():
 			}
 			backoff = min(2*backoff, 30*time.Second)
 			continue
