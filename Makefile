@@ -6,7 +6,7 @@ GO       ?= go
 # Found beside the repository (../shared/tools) or set TOOLS=DIR.
 TOOLS    ?= $(abspath $(firstword $(wildcard ../shared/tools)))
 OUT      ?= $(abspath out)
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 
 .PHONY: all build vet test unit fuzz interop dpdk-guest bench bench-smoke afxdp-bench clean \
 	install uninstall package

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // Test frames: broadcast, EtherType 0x88b5 (IEEE local experimental), a
@@ -73,16 +74,19 @@ func openSocket(t testing.TB, ifname string, queue int, cfg afxdp.Config) *afxdp
 func sendAll(t testing.TB, s *afxdp.Socket, frames [][]byte) {
 	t.Helper()
 	for len(frames) > 0 {
-		n, err := s.Send(frames)
-		if err != nil {
-			t.Fatalf("send: %v", err)
-		}
-		if n == 0 {
-			runtime.Gosched()
-			if err := s.Flush(); err != nil {
-				t.Fatalf("flush: %v", err)
+		var n int
+		testutil.WaitFor(t, 0, func() bool {
+			var err error
+			if n, err = s.Send(frames); err != nil {
+				t.Fatalf("send: %v", err)
 			}
-		}
+			if n == 0 {
+				if err := s.Flush(); err != nil {
+					t.Fatalf("flush: %v", err)
+				}
+			}
+			return n > 0
+		}, "room in the TX ring")
 		frames = frames[n:]
 	}
 	if err := s.Flush(); err != nil {
@@ -451,18 +455,6 @@ func openFDs(t testing.TB) int {
 	return len(ents)
 }
 
-// waitFor polls cond until it holds; the deadline only stops a hung test.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestCloseLeavesNothingBehind(t *testing.T) {
 	a, b := vethPair(t, 2)
 	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
@@ -496,19 +488,19 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 		if attachedProg(t, a) != 0 {
 			t.Fatal("XDP program still attached after Close")
 		}
-		waitFor(t, "the program to be freed", func() bool {
+		testutil.WaitFor(t, 0, func() bool {
 			prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
 			if err == nil {
 				prog.Close()
 				return false
 			}
 			return errors.Is(err, os.ErrNotExist)
-		})
+		}, "the program to be freed")
 	}
 	if got := openFDs(t); got != fds {
 		t.Fatalf("%d fds open after Close, %d before", got, fds)
 	}
-	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= goroutines })
+	testutil.WaitFor(t, 0, func() bool { return runtime.NumGoroutine() <= goroutines }, "goroutines to end")
 }
 
 // ctxDone returns an already ended copy of ctx's lineage, so Wait wires

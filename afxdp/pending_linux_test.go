@@ -2,7 +2,11 @@
 
 package afxdp_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/vmbusd/vmbusd/internal/testutil"
+)
 
 func TestRxPendingFollowsTheRing(t *testing.T) {
 	a, b := vethPair(t, 1)
@@ -13,13 +17,13 @@ func TestRxPendingFollowsTheRing(t *testing.T) {
 		t.Fatal("pending before any frame")
 	}
 	sendAll(t, tx, [][]byte{testFrame(64, 0, 1), testFrame(64, 0, 2)})
-	waitFor(t, "frames pending", rx.RxPending)
+	testutil.WaitFor(t, 0, rx.RxPending, "frames pending")
 	recvN(t, rx, 2)
 	if rx.RxPending() {
 		t.Error("pending after every frame was taken")
 	}
 	sendAll(t, tx, [][]byte{testFrame(64, 0, 3)})
-	waitFor(t, "a frame pending", rx.RxPending)
+	testutil.WaitFor(t, 0, rx.RxPending, "a frame pending")
 	p.Close()
 	if rx.RxPending() {
 		t.Error("pending on a closed socket")

@@ -2,6 +2,7 @@ package hvsock_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock/clocktest"
+	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/sim"
 )
@@ -154,13 +157,15 @@ func TestCloseDeliversEverythingWritten(t *testing.T) {
 	}
 }
 
-// TestCloseLingerResets: the host keeps its side open; Close gives up
-// after the linger and resets, and the host sees the reset.
+// TestCloseLingerResets: the host keeps its side open; Close waits the
+// whole linger (DefaultLinger, on a fake clock), then gives up and resets,
+// and the host sees the reset.
 func TestCloseLingerResets(t *testing.T) {
 	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
 	cfg := e.cfg
-	cfg.Linger = 300 * time.Millisecond
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Linger, cfg.Clock = 0, clk
 	g, h := e.pair(t, cfg, 104)
 	defer h.Close()
 	// The host reads the guest's FIN but never closes its side, and
@@ -173,12 +178,37 @@ func TestCloseLingerResets(t *testing.T) {
 			}
 		}
 	}()
-	start := time.Now()
-	if err := g.Close(); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := clk.WaitTimer(ctx, hvsock.DefaultLinger); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < cfg.Linger {
-		t.Fatalf("Close returned after %v, before the linger of %v", el, cfg.Linger)
+	// Close drains the host's data while it lingers.
+	poll := time.NewTicker(time.Millisecond)
+	defer poll.Stop()
+	for g.Stats().Discarded == 0 {
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			t.Fatal("Close discarded nothing the host sent while lingering")
+		}
+	}
+	clk.Advance(hvsock.DefaultLinger - 1)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the linger ended", err)
+	default:
+	}
+	clk.Advance(1)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Close did not return after the linger")
 	}
 	st := g.Stats()
 	if !st.Reset || st.Discarded == 0 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -108,6 +109,10 @@ type Config struct {
 	// connection (its FIN and rescind) after ours; then the connection is
 	// reset locally. 0 means DefaultLinger; negative means no wait.
 	Linger time.Duration
+	// Clock times the Linger (nil: the real clock), so that a test can
+	// end it without waiting. VMBus transport only; Read and Write
+	// deadlines stay wall-clock times.
+	Clock clock.Clock
 	// Backlog bounds a Listener's unaccepted connections (DefaultBacklog).
 	Backlog int
 	// Mode is how VMBus channels wait for the host (vmbus.WaitInterrupt).

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/deadline"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
@@ -50,6 +51,7 @@ type vmbusStream struct {
 	ch     *vmbus.Channel
 	chunk  int
 	linger time.Duration
+	clk    clock.Clock // times the linger
 	log    *slog.Logger
 	snd    int // ring sizes, header page included
 	rcv    int
@@ -102,7 +104,7 @@ func newVMBusStream(dev channelDevice, name string, cfg *Config, snd, rcv int) *
 	rctx, rcancel := context.WithCancel(ctx)
 	wctx, wcancel := context.WithCancel(ctx)
 	return &vmbusStream{
-		dev: dev, name: name, ch: dev.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), log: cfg.logger(),
+		dev: dev, name: name, ch: dev.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), clk: clock.Or(cfg.Clock), log: cfg.logger(),
 		snd: snd, rcv: rcv,
 		ctx: ctx, cancel: cancel, rcancel: rcancel, wcancel: wcancel,
 		rdl: deadline.New(rctx), wdl: deadline.New(wctx),
@@ -468,7 +470,7 @@ func (s *vmbusStream) stop() error {
 func (s *vmbusStream) shutdown() {
 	lctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if s.linger > 0 {
-		lctx, cancel = context.WithTimeout(context.Background(), s.linger)
+		lctx, cancel = clock.WithTimeout(context.Background(), s.clk, s.linger)
 	}
 	defer cancel()
 	s.wmu.Lock()

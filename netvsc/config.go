@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
@@ -69,6 +70,9 @@ type Config struct {
 	// ControlTimeout bounds each NVSP or RNDIS control request (0: 60 s;
 	// Azure hosts may take 15 s, DPDK d564751748).
 	ControlTimeout time.Duration
+	// Clock times ControlTimeout (nil: the real clock), so that a test can
+	// expire it without waiting, and a loaded machine cannot.
+	Clock clock.Clock
 	// SubchannelTimeout bounds the wait for granted sub-channels' rings to
 	// appear (0: 10 s, DPDK's 1000 × 10 ms).
 	SubchannelTimeout time.Duration

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
@@ -147,7 +148,7 @@ func (c *control) tookLate(id uint32) bool {
 // control timeout or ctx expires, or the device dies.
 func (c *control) wait(ctx context.Context, cond func() bool) error {
 	s := c.s
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ControlTimeout)
+	ctx, cancel := clock.WithTimeout(ctx, s.cfg.Clock, s.cfg.ControlTimeout)
 	defer cancel()
 	q0 := s.queues[0]
 	check := func() bool {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock/clocktest"
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
@@ -311,6 +312,46 @@ func TestTolerableHostBehaviour(t *testing.T) {
 		defer cancel()
 		if _, err := n.QueryLink(ctx); !errors.Is(err, netvsc.ErrControlTimeout) {
 			t.Fatalf("QueryLink: %v", err)
+		}
+		if c := n.Stats().ControlTimeouts; c != 1 {
+			t.Errorf("%d control timeouts counted", c)
+		}
+		if n.Err() != nil {
+			t.Fatal(n.Err())
+		}
+	})
+	t.Run("control-timeout", func(t *testing.T) {
+		// ControlTimeout itself, on a fake clock: bring-up cannot time
+		// out however loaded the machine, and the query against a host
+		// that never answers ends exactly when the timeout does.
+		clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		cfg := netvsc.Config{ControlTimeout: 10 * time.Second, Clock: clk}
+		_, sn, n := newNIC(t, sim.NICConfig{}, sim.NewReflector(), cfg)
+		sn.SetControlDelay(time.Hour)
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.QueryLink(context.Background())
+			done <- err
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := clk.WaitTimer(ctx, cfg.ControlTimeout); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(cfg.ControlTimeout - 1)
+		select {
+		case err := <-done:
+			t.Fatalf("QueryLink returned (%v) before ControlTimeout", err)
+		default:
+		}
+		clk.Advance(1)
+		select {
+		case err := <-done:
+			if !errors.Is(err, netvsc.ErrControlTimeout) {
+				t.Fatalf("QueryLink: %v, want ErrControlTimeout", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("QueryLink did not return after ControlTimeout")
 		}
 		if c := n.Stats().ControlTimeouts; c != 1 {
 			t.Errorf("%d control timeouts counted", c)

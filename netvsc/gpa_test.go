@@ -166,19 +166,11 @@ func (c *capture) Transmit(frames [][]byte) {
 // wait returns the first n frames the port saw, once it has seen them.
 func (c *capture) wait(t *testing.T, n int) [][]byte {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitCond(t, "the port to see the frames sent", func() bool {
 		c.mu.Lock()
-		got := len(c.frames)
-		c.mu.Unlock()
-		if got >= n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the port saw %d frames, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return len(c.frames) >= n
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.frames[:n:n]

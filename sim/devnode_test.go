@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // rawUIOGuest is the guest side of the uio socket contract, written directly
@@ -307,25 +308,8 @@ func (h *testUIOHost) expectNoViolation(t *testing.T) {
 	}
 }
 
-// checkNodeGoroutines fails the test if goroutines started during it are still
-// running at its end (after the cleanups registered later have run).
-func checkNodeGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
 func TestNodeHelloPassesMapsThatShareMemory(t *testing.T) {
-	checkNodeGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{2 * 4096, 4096}})
 	g := dialRawUIOGuest(t, h.path)
 	o := h.waitOpen(t)
@@ -440,7 +424,7 @@ func TestNodeNotifyDuringOpenFollowsHello(t *testing.T) {
 }
 
 func TestNodeSecondConcurrentConnectIsViolationAndFirstKeepsWorking(t *testing.T) {
-	checkNodeGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
 	g1 := dialRawUIOGuest(t, h.path)
 	c1 := h.waitOpen(t).c
@@ -468,7 +452,7 @@ func TestNodeSecondConcurrentConnectIsViolationAndFirstKeepsWorking(t *testing.T
 }
 
 func TestNodeReconnectGetsFreshOpen(t *testing.T) {
-	checkNodeGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
 	g1 := dialRawUIOGuest(t, h.path)
 	c1 := h.waitOpen(t).c
@@ -527,13 +511,10 @@ func TestNodeReconnectWhileOldReaderUnwindsIsNotViolation(t *testing.T) {
 		g := dialRawUIOGuest(t, h.path)
 		h.waitOpen(t)
 		g.readHello()
-		reading := make(chan struct{})
-		go func() {
-			close(reading)
-			g.readMsg(5 * time.Second)
-		}()
-		<-reading
-		time.Sleep(time.Millisecond)
+		go g.readMsg(5 * time.Second)
+		// Close while the reader is parked in its Read (the old
+		// reader of an earlier round has been woken by its Close).
+		testutil.WaitBlocked(t, 0, "(*rawUIOGuest).readMsg", "IO wait")
 		g.conn.Close()
 	}
 	for range 10 {
@@ -543,7 +524,7 @@ func TestNodeReconnectWhileOldReaderUnwindsIsNotViolation(t *testing.T) {
 }
 
 func TestNodeCloseGivesGuestEOF(t *testing.T) {
-	checkNodeGoroutines(t)
+	testutil.CheckGoroutineLeaks(t)
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
 	g := dialRawUIOGuest(t, h.path)
 	c := h.waitOpen(t).c
@@ -603,23 +584,31 @@ func TestNodeConnCloseDropsGuest(t *testing.T) {
 func TestNodeOpenErrorClosesConnection(t *testing.T) {
 	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}, openErr: errors.New("no channel")})
 	g := dialRawUIOGuest(t, h.path)
-	h.waitOpen(t)
+	o := h.waitOpen(t)
 	g.expectEOF()
-	// No Closed for a connection that never opened.
+	// No Closed for a connection that never opened: once the connection
+	// is finished, Closed would have been called.
+	select {
+	case <-o.c.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection did not finish")
+	}
 	select {
 	case <-h.closed:
 		t.Error("Closed called after a failed Open")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 }
 
 func TestNodeRingSizesArePassedToOpen(t *testing.T) {
 	h := newTestUIOHost(t, testUIOHostOpts{wantRingSizes: true, mapSizes: []int{0x6000 + 0x8000}})
 	g := dialRawUIOGuest(t, h.path)
+	// The host waits for the ring sizes, and has not opened the device.
+	testutil.WaitBlocked(t, 0, "(*nodeConn).open", "IO wait")
 	select {
 	case <-h.opens:
 		t.Fatal("Open called before the ring-size message")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	g.sendRingSizes(0x6000, 0x8000)
 	o := h.waitOpen(t)

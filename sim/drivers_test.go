@@ -57,13 +57,7 @@ func drvWrite(t *testing.T, h *Host, rel, v string) {
 	if err = errors.Join(err, f.Close()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for h.drv.writes.Load() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("write %q to %s: host did not handle it", v, rel)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, fmt.Sprintf("the host to handle the write of %q to %s", v, rel), func() bool { return h.drv.writes.Load() != before })
 }
 
 func drvOverride(t *testing.T, h *Host, d *Device, v string) {
@@ -442,7 +436,7 @@ func TestUnbindEndsGuestSessionButDeviceStays(t *testing.T) {
 	guid := d.Instance().String()
 	g := dialRawUIOGuest(t, d.UIONode())
 	g.readHello()
-	drvWaitFor(t, "session", func() bool { return d.Session() != nil })
+	waitFor(t, "session", func() bool { return d.Session() != nil })
 	sess := d.Session()
 
 	drvWrite(t, h, drvDriverFile(DriverUIO, "unbind"), guid)
@@ -471,7 +465,7 @@ func TestUnbindEndsGuestSessionButDeviceStays(t *testing.T) {
 	drvWantUIO(t, h, d, true)
 	g2 := dialRawUIOGuest(t, d.UIONode())
 	g2.readHello()
-	drvWaitFor(t, "second session", func() bool { return d.Opens() == 2 })
+	waitFor(t, "second session", func() bool { return d.Opens() == 2 })
 }
 
 func TestUIOMinorIsLowestFree(t *testing.T) {
@@ -556,18 +550,6 @@ func TestSetRoutesWritesProcNetRoute(t *testing.T) {
 	}
 	if err := h.SetRoutes([]Route{{Iface: "eth0", Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("fe80::1")}}); err == nil {
 		t.Error("SetRoutes took an IPv6 gateway for an IPv4 route")
-	}
-}
-
-// drvWaitFor polls cond for up to 5 s.
-func drvWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

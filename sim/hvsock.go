@@ -95,6 +95,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -113,6 +114,10 @@ type HvSockConfig struct {
 	// HostConnectTimeout bounds a host-initiated connect (OpenVMM hybrid
 	// listener: 2 s).
 	HostConnectTimeout time.Duration
+	// Clock times GuestOpenTimeout and HostConnectTimeout (nil: the real
+	// clock), so that a test can hold an offer for as long as it looks at
+	// it and then expire it.
+	Clock clock.Clock
 	// MaxPendingConnects bounds guest connect requests in progress
 	// (OpenVMM: 16).
 	MaxPendingConnects int
@@ -181,6 +186,7 @@ func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) {
 	if cfg.HostConnectTimeout <= 0 {
 		cfg.HostConnectTimeout = DefaultHostConnectTimeout
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.MaxPendingConnects <= 0 {
 		cfg.MaxPendingConnects = DefaultMaxPendingConnects
 	}
@@ -393,14 +399,14 @@ func (hv *HvSock) guestConnect(c *net.UnixConn, req wire.ConnectRequest) {
 		hv.refuse(c, req, err.Error())
 		return
 	}
-	t := time.NewTimer(hv.cfg.GuestOpenTimeout)
+	t := hv.cfg.Clock.NewTimer(hv.cfg.GuestOpenTimeout)
 	defer t.Stop()
 	select {
 	case <-o.opened:
 	case <-o.refused:
 		hv.log.Info("hv_sock open refused, rescinding", "device", dev.Instance().String())
 		hv.rescind(dev)
-	case <-t.C:
+	case <-t.C():
 		hv.openTimeouts.Add(1)
 		hv.log.Info("hv_sock offer not opened in time, rescinding", "device", dev.Instance().String())
 		hv.rescind(dev)
@@ -471,13 +477,13 @@ func (hv *HvSock) ConnectService(ctx context.Context, service vmbus.GUID) (*HvSo
 	if err != nil {
 		return nil, err
 	}
-	t := time.NewTimer(hv.cfg.HostConnectTimeout)
+	t := hv.cfg.Clock.NewTimer(hv.cfg.HostConnectTimeout)
 	defer t.Stop()
 	var fail error
 	select {
 	case c := <-o.ready:
 		return c, nil
-	case <-t.C:
+	case <-t.C():
 		fail = syscall.ETIMEDOUT
 	case <-ctx.Done():
 		fail = ctx.Err()

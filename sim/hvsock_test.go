@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock/clocktest"
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -66,16 +68,11 @@ func readAttr(t *testing.T, dir, name string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// waitFor polls cond until it holds (the test's own deadline bounds it).
+// waitFor is testutil.WaitFor with its default deadline, for the tests of
+// this package.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 0, cond, what)
 }
 
 func TestHvSockNeedsASignallingProfile(t *testing.T) {
@@ -93,7 +90,8 @@ func TestHvSockNeedsASignallingProfile(t *testing.T) {
 // the offer's device: what a real offer carries, mapped as sim/hvsock.go
 // documents. Nobody opens it, so it is rescinded after the open timeout.
 func TestGuestConnectOfferInSysfs(t *testing.T) {
-	h, hv := hvTestHost(t, HvSockConfig{GuestOpenTimeout: time.Second})
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h, hv := hvTestHost(t, HvSockConfig{Clock: clk}) // the offer stays until the test expires it
 	l, err := hv.Listen(2761)
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +132,10 @@ func TestGuestConnectOfferInSysfs(t *testing.T) {
 	if err != nil || dev.ClassName() != "hv_sock" || dev.MonitorID != -1 {
 		t.Fatalf("device %+v, %v", dev, err)
 	}
+	if s := hv.Stats(); s.OpenTimeouts != 0 {
+		t.Fatalf("stats %+v: an open timeout before the timeout", s)
+	}
+	advanceTimer(t, clk, DefaultGuestOpenTimeout)
 	waitFor(t, "the rescind of the unopened offer", func() bool { _, err := os.Stat(dir); return err != nil })
 	if s := hv.Stats(); s.Requests != 1 || s.Offers != 1 || s.OpenTimeouts != 1 || s.Refused != 0 {
 		t.Fatalf("stats %+v", s)
@@ -201,7 +203,8 @@ func TestConnectRequestsAreBackPressured(t *testing.T) {
 	c.Write(a.Marshal())
 	c.Write(b.Marshal())
 	waitFor(t, "the first offer", func() bool { return hv.Stats().Offers == 1 })
-	time.Sleep(50 * time.Millisecond)
+	// The reader parks waiting for a pending slot, not for the socket.
+	testutil.WaitBlocked(t, 0, "(*HvSock).serveTL", "select")
 	if s := hv.Stats(); s.Requests != 1 || s.Offers != 1 {
 		t.Fatalf("stats %+v: the second request was taken while the first was pending", s)
 	}
@@ -227,7 +230,8 @@ func TestConnectRequestsAreBackPressured(t *testing.T) {
 }
 
 func TestHostConnectOfferInSysfs(t *testing.T) {
-	h, hv := hvTestHost(t, HvSockConfig{HostConnectTimeout: time.Second})
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h, hv := hvTestHost(t, HvSockConfig{Clock: clk}) // the offer stays until the test expires it
 	errc := make(chan error, 1)
 	go func() {
 		_, err := hv.Connect(context.Background(), 2763)
@@ -252,6 +256,7 @@ func TestHostConnectOfferInSysfs(t *testing.T) {
 		t.Errorf("device_id %s for directory %s", got, filepath.Base(dir))
 	}
 	// Nobody listens in the guest: the host gives up and rescinds.
+	advanceTimer(t, clk, DefaultHostConnectTimeout)
 	if err := <-errc; !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Connect = %v, want ETIMEDOUT", err)
 	}
@@ -390,4 +395,16 @@ func TestFrontEndRelaysGuestConnects(t *testing.T) {
 		t.Fatalf("Dial to a dead host socket = %v, want ECONNREFUSED", err)
 	}
 	waitFor(t, "the refused offer's rescind", func() bool { return hv.Stats().Rescinds >= 2 })
+}
+
+// advanceTimer waits until the host is parked on a one-shot wait of d,
+// then lets that wait end.
+func advanceTimer(t *testing.T, clk *clocktest.Fake, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := clk.WaitTimer(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(d)
 }

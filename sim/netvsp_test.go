@@ -682,13 +682,12 @@ func TestNetVSPRecoversFromAMissedPendingSendWakeup(t *testing.T) {
 	// wake-up, and must find the space on its timeout.
 	c := g.chs[0]
 	waitFor(t, "the host to block on its full ring (pending_send_sz set)", func() bool { return c.In().WriterPending() != 0 })
-	deadline := time.Now().Add(tgWait)
 	got := 0
-	for got < 600 && time.Now().Before(deadline) {
+	for got < 600 {
 		p, err := c.Recv()
 		if err == vmbus.ErrRingEmpty {
 			c.In().Commit() // publish the read index; no signal
-			time.Sleep(time.Millisecond)
+			waitFor(t, "the host to write the rest of the 600 frames", func() bool { return c.In().Available() > 0 })
 			continue
 		}
 		if err != nil {

@@ -62,10 +62,7 @@ func TestPatchConnectsTwoNICs(t *testing.T) {
 	// Not for b's MAC, and b is not promiscuous: filtered.
 	other := udpFrame([6]byte{2, 9, 9, 9, 9, 9}, [6]byte(a.nic.MAC()), 4444, 128)
 	a.sendStatus(0, a.sendRNDIS(0, nvsp.RMCData, rndisPacket(other, nil)))
-	deadline := time.Now().Add(tgWait)
-	for n2.Stats().RxFiltered == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the peer to filter the frame", func() bool { return n2.Stats().RxFiltered != 0 })
 	if n2.Stats().RxFiltered != 1 {
 		t.Errorf("filtered %d", n2.Stats().RxFiltered)
 	}
@@ -94,10 +91,7 @@ func TestGeneratorSendsFlowsAndSinksGuestFrames(t *testing.T) {
 		t.Errorf("generator %+v", st)
 	}
 	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(udpFrame([6]byte{2}, [6]byte(g.nic.MAC()), 1, 90), nil)))
-	deadline := time.Now().Add(tgWait)
-	for gen.Stats().Received == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the sink to receive the guest's frame", func() bool { return gen.Stats().Received != 0 })
 	if st := gen.Stats(); st.Received != 1 || st.ReceivedBytes != 90 {
 		t.Errorf("sink %+v", st)
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/daemon"
 	"github.com/vmbusd/vmbusd/internal/jsonshape"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // These tests drive the vmbusd binary end to end against a simulated host
@@ -229,15 +231,11 @@ func listDevices(t *testing.T, root string) []daemon.Device {
 	return doc.Devices
 }
 
+// waitUntil is testutil.WaitFor, its arguments in the order of this
+// package's tests.
 func waitUntil(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
-	end := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, ok, what)
 }
 
 func TestCLIEndToEnd(t *testing.T) {
@@ -286,8 +284,25 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 		return rx > 100
 	})
-	if out := mustVmbusd(t, "stats", "--control", d.control); !strings.Contains(out, "RX PKTS") {
+	if out := mustVmbusd(t, "stats", "--control", d.control); !strings.Contains(out, "RX PKTS") || !strings.Contains(out, "total") {
 		t.Fatalf("stats table:\n%s", out)
+	}
+	for view, names := range map[string][]string{
+		"--xstats":  {"rx_good_packets:", "tx_good_bytes:", "rx_missed_errors:", "rx_q0_packets:", "tx_q0_bytes:"},
+		"--ethtool": {"rx_no_memory:", "vf_rx_packets:"},
+	} {
+		out := mustVmbusd(t, "stats", view, "--control", d.control)
+		for _, n := range names {
+			if !strings.Contains(out, n) {
+				t.Errorf("stats %s lacks %s:\n%s", view, n, out)
+			}
+		}
+	}
+	// --watch: two reports of rates, then exit 0 (-c 2); the generator's
+	// frames keep arriving, so the NIC's receive rate is not zero.
+	if out := mustVmbusd(t, "stats", "--watch", "50ms", "-c", "2", "--control", d.control); strings.Count(out, "RX PKT/s") != 2 ||
+		!regexp.MustCompile(`(?m)^\s*eth1\s+total\s+[1-9]`).MatchString(out) {
+		t.Fatalf("stats --watch:\n%s", out)
 	}
 	// --json: the documents of docs/control-api.md, every key present.
 	for _, doc := range []struct {
@@ -297,6 +312,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		{[]string{"status", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Status]()},
 		{[]string{"stats", "--control", d.control, "--json"}, reflect.TypeFor[daemon.Stats]()},
 		{[]string{"devices", "--root", root, "--control", d.control, "--json"}, reflect.TypeFor[daemon.Devices]()},
+		{[]string{"check", "--root", root, "--json"}, reflect.TypeFor[daemon.Checks]()},
 	} {
 		if err := jsonshape.Check([]byte(mustVmbusd(t, doc.args...)), doc.t); err != nil {
 			t.Errorf("vmbusd %s: %v", strings.Join(doc.args, " "), err)
@@ -428,7 +444,8 @@ func TestCLIRejectsBadInput(t *testing.T) {
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "--queue", "-2"}, 2, "--queue -2"},
 		{[]string{"capture", "--control", filepath.Join(dir, "x.sock"), "-i", "eth1"}, 1, "no vmbusd running"},
 		{[]string{"status", "--control", filepath.Join(dir, "x.sock")}, 1, "no vmbusd running"},
-		{[]string{"bind", "--root", dir, "eth9"}, 1, "eth9"},
+		{[]string{"bind", "--root", dir, "eth9"}, 1, "vmbusd bind: device eth9"}, // said once, not "bind: bind:"
+		{[]string{"devices", "--root", dir}, 1, "no VMBus under"},                // not a Hyper-V tree: an error, not an empty list
 		{[]string{"bind", "--root", dir}, 2, "want exactly one device"},
 		{[]string{"sim", "--root", dir, "--profile", "5.4"}, 2, "unknown kernel profile"},
 		{[]string{"demo", "--queues", "0"}, 2, "--queues 0"},

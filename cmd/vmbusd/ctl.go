@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -25,11 +24,7 @@ import (
 
 // controlFlag adds --control with the default the daemon uses.
 func controlFlag(fs *pflag.FlagSet) *string {
-	def := os.Getenv("VMBUSD_CONTROL")
-	if def == "" {
-		def = config.DefaultControlSocket
-	}
-	return fs.String("control", def, "the daemon's control socket (env VMBUSD_CONTROL)")
+	return envString(fs, "control", "VMBUSD_CONTROL", config.DefaultControlSocket, "the daemon's control socket")
 }
 
 func getJSON(ctx context.Context, sock, path string, v any) error {
@@ -91,50 +86,6 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", f.Name, t.Accepted, t.Active, t.BytesIn, t.BytesOut, t.DialFailed)
 		}
 		tw.Flush()
-	}
-	return nil
-}
-
-func runStats(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet(out, "stats", "stats [--control PATH] [--json] [--ethtool]")
-	sock := controlFlag(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	ethtool := fs.Bool("ethtool", false, "print the counters under Linux hv_netvsc's ethtool -S names")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	var st daemon.Stats
-	if err := getJSON(ctx, *sock, "/v1/stats", &st); err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(out, st)
-	}
-	for _, n := range st.NICs {
-		fmt.Fprintf(out, "%s (%s): interrupts %d\n", n.Name, n.State, n.Interrupts)
-		if *ethtool {
-			for _, c := range n.Ethtool {
-				fmt.Fprintf(out, "     %s: %d\n", c.Name, c.Value)
-			}
-			continue
-		}
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "QUEUE\tRX PKTS\tRX BYTES\tTX PKTS\tTX BYTES\tRX DROP\tTX COPY\tTX GPA\tTX SEG\tSEND FULL\tTX BUSY\tSIGNALS\tWAKEUPS\tMISSED\tPOLL s\tSLEEP s\t")
-		for _, q := range n.Queues {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t\n", q.Queue, q.RxPackets, q.RxBytes,
-				q.TxPackets, q.TxBytes, q.RxNoMemory+q.RxTooBig, q.TxCopied, q.TxGPA, q.TxSegmented, q.TxSendFull, q.TxBusy,
-				q.Channel.TxSignals+q.Channel.RxSignals, q.Channel.Wakeups, q.Channel.MissedWakeups, q.PollSeconds, q.SleepSeconds)
-		}
-		tw.Flush()
-		for _, check := range slices.Sorted(maps.Keys(n.Violations)) {
-			if v := n.Violations[check]; v > 0 {
-				fmt.Fprintf(out, "  protocol violations %s: %d\n", check, v)
-			}
-		}
-		if n.ControlFailures > 0 {
-			fmt.Fprintf(out, "  control requests the host failed: %d\n", n.ControlFailures)
-		}
-		printPaths(out, n.VF)
 	}
 	return nil
 }

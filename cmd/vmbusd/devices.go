@@ -23,11 +23,17 @@ import (
 
 func runDevices(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet(out, "devices", "devices [--root DIR] [--json] [--control PATH]")
-	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
+	root := rootFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	sock := controlFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	bus := filepath.Join(*root, "sys/bus/vmbus/devices")
+	if _, err := os.Stat(bus); err != nil {
+		// Not a Hyper-V guest (or a root that is not a simulated host's
+		// tree): an error, not an empty list.
+		return fmt.Errorf("no VMBus under %s (not a Hyper-V guest? try --root with a simulated host's directory): %w", bus, err)
 	}
 	devs, err := vmbus.ScanDevices(*root)
 	if err != nil && len(devs) == 0 {
@@ -74,7 +80,7 @@ func runDevices(ctx context.Context, args []string, out io.Writer) error {
 		return printJSON(out, doc)
 	}
 	if len(rows) == 0 {
-		fmt.Fprintf(out, "no VMBus devices under %s (not a Hyper-V guest? try --root with a simulated host)\n", filepath.Join(*root, "sys/bus/vmbus/devices"))
+		fmt.Fprintf(os.Stderr, "vmbusd devices: the bus under %s offers no devices\n", bus)
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -117,9 +123,9 @@ func runUnbind(ctx context.Context, args []string, out io.Writer) error {
 
 func bindCommand(ctx context.Context, name string, args []string, out io.Writer) error {
 	fs := newFlagSet(out, name, name+" [--force] [--root DIR] DEVICE|IFACE")
-	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
+	root := rootFlag(fs)
 	force := fs.Bool("force", false, "bind even the interface carrying the default route or this SSH session (you may lose the connection); unbind even a device a process holds open. Never a device a live daemon drives")
-	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
+	state := stateDirFlag(fs)
 	mkLog := logFlags(fs)
 	if err := parseArgs(fs, args); err != nil {
 		return usageErr(err)
@@ -202,9 +208,9 @@ const ownerWait = 30 * time.Second
 
 func runRestore(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet(out, "restore", "restore [--force] [--config FILE] [--root DIR] [--state-dir DIR]")
-	cfgPath := fs.String("config", "", "take root and state_dir from the daemon's configuration file (the flags, when given, win)")
-	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
-	state := fs.String("state-dir", "", "where records of bound devices are kept (default ROOT/run/vmbusd)")
+	cfgPath := envString(fs, "config", "VMBUSD_CONFIG", "", "take root and state_dir from the daemon's configuration file (the flags, when given, win)")
+	root := rootFlag(fs)
+	state := stateDirFlag(fs)
 	force := fs.Bool("force", false, "give back even devices whose uio node a process holds open; never while the daemon that owns them lives")
 	mkLog := logFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -259,16 +265,24 @@ func runRestore(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runCheck(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet(out, "check", "check [--root DIR]")
-	root := fs.String("root", defaultRoot(), "system root directory (env VMBUSD_ROOT)")
+	fs := newFlagSet(out, "check", "check [--root DIR] [--json]")
+	root := rootFlag(fs)
+	asJSON := fs.Bool("json", false, "print the Checks document (docs/control-api.md); the exit code is the same")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	rep := bind.Check(*root)
-	if err := rep.Format(out); err != nil {
+	if *asJSON {
+		if err := printJSON(out, daemon.ChecksOf(rep)); err != nil {
+			return err
+		}
+	} else if err := rep.Format(out); err != nil {
 		return err
 	}
 	if !rep.OK() {
+		if *asJSON {
+			return fmt.Errorf("the system is not ready for vmbusd (see the checks with status fail)")
+		}
 		return fmt.Errorf("the system is not ready for vmbusd (see the FAIL lines)")
 	}
 	return nil

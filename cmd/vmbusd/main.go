@@ -56,8 +56,12 @@ own simulated host, which serves the same sysfs and /dev/uioN contract.
 Every command that touches devices takes --root DIR (environment
 VMBUSD_ROOT, default "/"): the directory standing for "/", so the same
 binary runs on a real system or against a simulated host's tree. Commands
-that talk to the daemon take --control PATH (environment VMBUSD_CONTROL).
-Flags may come before or after the other arguments.
+that talk to the daemon take --control PATH (environment VMBUSD_CONTROL);
+bind, unbind and restore take --state-dir DIR (VMBUSD_STATE_DIR); run and
+restore take --config FILE (VMBUSD_CONFIG). A flag on the command line
+wins over its environment variable, and a configuration file's root,
+state_dir and control socket win over the environment. Flags may come
+before or after the other arguments.
 
 ` + exitCodesHelp
 
@@ -122,7 +126,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	code := exitCode(err)
 	if code != exitOK {
-		fmt.Fprintf(stderr, "vmbusd %s: %v\n", ran, err)
+		// An error that already names the command ("bind: device eth9:
+		// ...", from internal/bind) is printed once, not as "bind: bind:".
+		msg := strings.TrimPrefix(err.Error(), ran+": ")
+		fmt.Fprintf(stderr, "vmbusd %s: %s\n", ran, msg)
 		if code == exitUsage && errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "Run 'vmbusd %s --help' for its flags.\n", ran)
 		}
@@ -179,6 +186,7 @@ func newRootCommand(stdout, stderr io.Writer, ran *string) *cobra.Command {
 		cmd.SetHelpFunc(func(*cobra.Command, []string) { c.run(context.Background(), []string{"--help"}, stdout) })
 		root.AddCommand(cmd)
 	}
+	root.AddCommand(newManCommand(ran))
 	return root
 }
 
@@ -207,6 +215,10 @@ func newFlagSet(out io.Writer, name, synopsis string) *pflag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 	fs.Usage = func() {
+		if sink, ok := out.(*flagSink); ok {
+			sink.fs, sink.synopsis = fs, synopsis
+			return
+		}
 		// A backquoted word in a usage would become the value's
 		// placeholder: quote it plainly instead.
 		fs.VisitAll(func(f *pflag.Flag) { f.Usage = strings.ReplaceAll(f.Usage, "`", "'") })
@@ -275,9 +287,22 @@ func flagSet(fs *pflag.FlagSet, name string) bool {
 	return found
 }
 
-func defaultRoot() string {
-	if r := os.Getenv("VMBUSD_ROOT"); r != "" {
-		return r
+// envString adds a string flag whose default is the environment variable
+// env when that is set and not empty, def otherwise, so that a flag given
+// on the command line wins over the environment; the help names env.
+func envString(fs *pflag.FlagSet, name, env, def, usage string) *string {
+	if v := os.Getenv(env); v != "" {
+		def = v
 	}
-	return "/"
+	return fs.String(name, def, usage+" (env "+env+")")
+}
+
+// rootFlag adds --root, the directory standing for "/".
+func rootFlag(fs *pflag.FlagSet) *string {
+	return envString(fs, "root", "VMBUSD_ROOT", "/", "system root directory")
+}
+
+// stateDirFlag adds --state-dir, where bind records are kept.
+func stateDirFlag(fs *pflag.FlagSet) *string {
+	return envString(fs, "state-dir", "VMBUSD_STATE_DIR", "", "where records of bound devices are kept (empty: ROOT/run/vmbusd)")
 }

@@ -69,12 +69,14 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	fs := newFlagSet(out, "run", "run [--config FILE] [--check-config] [flags]   |   run --sim [flags]")
-	cfgPath := fs.String("config", "", "configuration file (TOML); default "+defaultConfigPath+" when it exists")
+	cfgPath := envString(fs, "config", "VMBUSD_CONFIG", "", "configuration file (TOML); default "+defaultConfigPath+" when it exists")
 	check := fs.Bool("check-config", false, "validate the configuration and check it against the system (devices, namespaces, addresses) without touching anything; exit 0 when it is good, 2 when not")
 	simMode := fs.Bool("sim", false, "run against an embedded simulated host (a NIC and an hv_sock echo service) and show live figures; the same as `vmbusd demo`")
-	root := fs.String("root", "", "system root directory, overriding the file's `root` (env VMBUSD_ROOT)")
+	// The environment's root and control socket stand in for a missing
+	// configuration file; the flags override the file.
+	root := envString(fs, "root", "VMBUSD_ROOT", "", "system root directory, overriding the file's root (the environment only without a file)")
 	metrics := fs.String("metrics", "", "metrics listen address host:port, overriding the file (\"off\" disables)")
-	ctl := fs.String("control", "", "control socket path, overriding the file")
+	ctl := envString(fs, "control", "VMBUSD_CONTROL", "", "control socket path, overriding the file's (the environment only without a file)")
 	demo := demoFlags(fs)
 	mkLog := logFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -121,18 +123,15 @@ func runRun(ctx context.Context, args []string, out io.Writer) error {
 				return cfg, err
 			}
 		}
-		switch {
-		case *root != "":
+		if *root != "" && (path == "" || fs.Changed("root")) {
 			cfg.Root = *root
-		case os.Getenv("VMBUSD_ROOT") != "" && path == "":
-			cfg.Root = os.Getenv("VMBUSD_ROOT")
 		}
 		if *metrics == "off" {
 			cfg.Metrics.Listen = ""
 		} else if *metrics != "" {
 			cfg.Metrics.Listen = *metrics
 		}
-		if *ctl != "" {
+		if *ctl != "" && (path == "" || fs.Changed("control")) {
 			cfg.Control.Socket = *ctl
 		}
 		return cfg, nil

@@ -17,7 +17,7 @@ import (
 
 func runSim(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet(out, "sim", "sim --root DIR [flags]")
-	root := fs.String("root", os.Getenv("VMBUSD_ROOT"), "directory to build the simulated system under (keep it on tmpfs, e.g. /dev/shm/vmbusd); env VMBUSD_ROOT")
+	root := envString(fs, "root", "VMBUSD_ROOT", "", "directory to build the simulated system under (keep it on tmpfs, e.g. /dev/shm/vmbusd)")
 	profile := fs.String("profile", sim.DefaultProfile.String(), "kernel profile: legacy, 6.10, 6.16, 6.18 (uio_hv_generic semantics)")
 	tests := fs.Int("test", 1, "number of test (echo) devices to offer")
 	ring := fs.String("ring", "2M", "ring size per direction, header page included (K/M suffixes)")

@@ -79,7 +79,14 @@ func runSimDemo(ctx context.Context, out io.Writer, log *slog.Logger, s demoSett
 		return err
 	}
 	defer os.RemoveAll(root)
-	h, err := sim.New(sim.Config{Root: root, Profile: prof, Logger: log.With("side", "simulated host")})
+	// The simulated host's own steps (sysfs writes, negotiation) are
+	// its business: they show at --log-level debug, otherwise only its
+	// warnings do, so that vmbusd's lines and the banner stand out.
+	simLog := log
+	if !log.Enabled(ctx, slog.LevelDebug) {
+		simLog = slog.New(minLevel{h: log.Handler(), min: slog.LevelWarn})
+	}
+	h, err := sim.New(sim.Config{Root: root, Profile: prof, Logger: simLog.With("side", "simulated host")})
 	if err != nil {
 		return err
 	}
@@ -578,3 +585,18 @@ func freeAddr(addr string) string {
 	}
 	return addr
 }
+
+// minLevel passes on only records at min or above.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
+}
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h: m.h.WithAttrs(as), min: m.min}
+}
+func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{h: m.h.WithGroup(g), min: m.min} }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 // serve accepts on l and keeps every connection open until the client
@@ -68,13 +70,7 @@ func TestTotalLimitClosesTheExcessAndFreesSlots(t *testing.T) {
 	}
 	// A slot frees when a served connection closes.
 	kept[0].Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for l.Stats().Active != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("slot not freed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 0, func() bool { return l.Stats().Active == 2 }, "the slot to be freed")
 	dial(t, raw.Addr().String())
 	select {
 	case <-got:

@@ -226,7 +226,7 @@ func (d *Daemon) Status() Status {
 	bi := buildinfo.Get()
 	cfg := d.config()
 	s := Status{SchemaVersion: SchemaVersion, Version: bi.Version, Revision: bi.Revision, PID: pidSelf(),
-		Started: d.start, UptimeSeconds: time.Since(d.start).Seconds(), Root: cfg.Root, StateDir: cfg.State(),
+		Started: d.start, UptimeSeconds: d.clk.Since(d.start).Seconds(), Root: cfg.Root, StateDir: cfg.State(),
 		ControlSocket: cfg.Control.Socket, Metrics: d.MetricsAddr(), NICs: []NICStatus{}, HvSock: []ForwardState{}}
 	nics, fwds := d.runners()
 	for _, r := range nics {
@@ -241,7 +241,7 @@ func (d *Daemon) Status() Status {
 
 // Stats reports every NIC's counters, per queue.
 func (d *Daemon) Stats() Stats {
-	s := Stats{SchemaVersion: SchemaVersion, Time: time.Now(), NICs: []NICStats{}}
+	s := Stats{SchemaVersion: SchemaVersion, Time: d.clk.Now(), NICs: []NICStats{}}
 	nics, _ := d.runners()
 	for _, r := range nics {
 		t := r.totals()

@@ -25,6 +25,7 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/control-api-keys
 var apiDocuments = []reflect.Type{
 	reflect.TypeFor[daemon.Status](), reflect.TypeFor[daemon.Stats](),
 	reflect.TypeFor[daemon.Devices](), reflect.TypeFor[daemon.APIError](),
+	reflect.TypeFor[daemon.Checks](),
 }
 
 // docSections reads docs/control-api.md into its "### Name" sections.

@@ -61,13 +61,18 @@ func TestHostRefusalsResetWithoutViolations(t *testing.T) {
 // may be servicing the VF) nor counted as a reset.
 func TestRequiredVFThatNeverComesIsWaitedFor(t *testing.T) {
 	r := newRig(t)
+	clk := r.useFakeClock()
 	r.noWaitReady = true
 	cfg := r.config()
 	cfg.NICs[0].VF, cfg.NICs[0].VFTimeout = config.VFRequired, 200*time.Millisecond
 	r.startWith(t, cfg)
 	waitFor(t, "eth1 waiting for the VF", func() bool { return r.nicState("eth1").State == "waiting for the VF" })
-	// At least one more attempt, and it ends the same way.
-	waitFor(t, "a second attempt", func() bool { return strings.Count(r.logs.String(), "the required VF does not carry traffic") >= 2 })
+	// One more attempt after the backoff, and it ends the same way.
+	advanceTimer(t, clk, 500*time.Millisecond)
+	parked(t, clk, time.Second) // the second attempt ended
+	if n := strings.Count(r.logs.String(), "the required VF does not carry traffic"); n != 2 {
+		t.Fatalf("%d attempts logged, want 2", n)
+	}
 	st := r.nicState("eth1")
 	if st.Resets != 0 || !strings.Contains(st.Error, "no usable VF") {
 		t.Fatalf("eth1: %+v, want waiting for the VF, no reset, the reason", st)

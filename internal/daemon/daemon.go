@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/buildinfo"
 	"github.com/vmbusd/vmbusd/internal/config"
@@ -71,6 +72,10 @@ type Options struct {
 	// RescanInterval is how often a NIC waiting for its device looks at
 	// sysfs without an event telling it to (0: DefaultRescanInterval).
 	RescanInterval time.Duration
+	// Clock times the supervisors: reset backoff, liveness probes,
+	// rescans, heartbeats and the watchdog (nil: the real clock). Tests
+	// give a fake one and advance it instead of waiting.
+	Clock clock.Clock
 }
 
 // DefaultRescanInterval: device waits are event-driven (inotify, uevents);
@@ -85,6 +90,7 @@ type Daemon struct {
 	reg    *prometheus.Registry
 	start  time.Time
 	notify func(string)
+	clk    clock.Clock
 
 	probeInterval, probeTimeout, rescan time.Duration
 
@@ -131,7 +137,8 @@ func New(opts Options) (*Daemon, error) {
 	}
 	cfg := opts.Config
 	limit := ratelog.New(base.Handler(), ratelog.Config{Lines: cfg.Log.RateLimit, Interval: cfg.Log.RateInterval})
-	d := &Daemon{opts: opts, cfg: cfg, log: slog.New(limit), limit: limit, start: time.Now(),
+	clk := clock.Or(opts.Clock)
+	d := &Daemon{opts: opts, cfg: cfg, log: slog.New(limit), limit: limit, start: clk.Now(), clk: clk,
 		ready: make(chan struct{}), reloads: make(chan reloadReq), kick: make(chan struct{}, 1),
 		running: make(chan struct{}), stopped: make(chan struct{}), peersChanged: make(chan struct{})}
 	d.notify = opts.Notify
@@ -348,11 +355,11 @@ func (d *Daemon) supervise(ctx context.Context) {
 	var wd <-chan time.Time
 	interval, err := sddaemon.SdWatchdogEnabled(false)
 	if err == nil && interval > 0 {
-		t := time.NewTicker(interval / 3)
+		t := d.clk.NewTicker(interval / 3)
 		defer t.Stop()
-		wd = t.C
+		wd = t.C()
 	}
-	tick := time.NewTicker(time.Second)
+	tick := d.clk.NewTicker(time.Second)
 	defer tick.Stop()
 	last := ""
 	d.evaluate(&last)
@@ -362,7 +369,7 @@ func (d *Daemon) supervise(ctx context.Context) {
 			return
 		case <-d.kick:
 			d.evaluate(&last)
-		case <-tick.C:
+		case <-tick.C():
 			d.evaluate(&last)
 			d.limit.Flush(ctx)
 		case <-wd:
@@ -432,7 +439,7 @@ func (d *Daemon) evaluate(last *string) {
 // several probe intervals (its supervisor should have reset it by then), or
 // returns "".
 func (d *Daemon) stuck(limit time.Duration) string {
-	now := time.Now()
+	now := d.clk.Now()
 	probeLimit := d.probeInterval*(probeLimit+2) + d.probeTimeout
 	nics, _ := d.runners()
 	for _, r := range nics {

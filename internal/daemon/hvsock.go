@@ -61,10 +61,12 @@ func (f *fwdRunner) run(ctx context.Context) {
 		ln, err := f.listen()
 		if err != nil {
 			f.log.Error("listen failed", "err", err, "retry_in", backoff)
+			t := f.d.clk.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-time.After(backoff):
+			case <-t.C():
 			}
 			backoff = min(2*backoff, 30*time.Second)
 			continue
@@ -74,7 +76,6 @@ func (f *fwdRunner) run(ctx context.Context) {
 		f.fwd.Dial = f.dialer()
 		f.listening.Store(true)
 		f.d.kickNow()
-		f.log.Info("forwarding", "listen", ln.Addr().String())
 		err = f.fwd.Serve(ctx)
 		f.listening.Store(false)
 		f.d.kickNow()

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/internal/bind"
 	"github.com/vmbusd/vmbusd/internal/config"
@@ -231,9 +232,9 @@ func newNICRunner(d *Daemon, cfg config.NIC) *nicRunner {
 		base: map[int]netvsc.QueueStats{}, baseViol: map[string]uint64{}, nicChange: make(chan struct{}),
 		done: make(chan struct{})}
 	r.devLog = vmbus.LimitLogger(r.log, math.MaxInt, time.Hour)
-	r.st = NICStatus{Name: cfg.Device, Device: cfg.Device, State: stateStarting, Since: time.Now(),
+	r.st = NICStatus{Name: cfg.Device, Device: cfg.Device, State: stateStarting, Since: d.clk.Now(),
 		Attach: cfg.Attach.String(), TAP: cfg.TAP, Mode: cfg.Mode.String()}
-	r.beat.Store(time.Now().UnixNano())
+	r.beat.Store(d.clk.Now().UnixNano())
 	return r
 }
 
@@ -283,7 +284,7 @@ func (r *nicRunner) setInstance(g vmbus.GUID) {
 }
 
 func (r *nicRunner) lastBeat() time.Time { return time.Unix(0, r.beat.Load()) }
-func (r *nicRunner) heartbeat()          { r.beat.Store(time.Now().UnixNano()) }
+func (r *nicRunner) heartbeat()          { r.beat.Store(r.d.clk.Now().UnixNano()) }
 
 // status returns the NIC's state with its VF's.
 func (r *nicRunner) status() NICStatus {
@@ -310,7 +311,7 @@ func (r *nicRunner) state() NICStatus {
 func (r *nicRunner) setState(state string, err error) {
 	r.mu.Lock()
 	if r.st.State != state {
-		r.st.Since = time.Now()
+		r.st.Since = r.d.clk.Now()
 	}
 	r.st.State = state
 	r.st.Error = ""
@@ -367,12 +368,12 @@ func (r *nicRunner) run(ctx context.Context) {
 	defer r.log.Debug("NIC supervisor stopped")
 	backoff := backoffMin
 	for ctx.Err() == nil {
-		start := time.Now()
+		start := r.d.clk.Now()
 		err := r.incarnation(ctx)
 		if ctx.Err() != nil {
 			break
 		}
-		if time.Since(start) > healthyAfter {
+		if r.d.clk.Since(start) > healthyAfter {
 			backoff = backoffMin
 		}
 		kind := classify(err)
@@ -431,33 +432,33 @@ func (r *nicRunner) present() bool {
 
 // idle waits for ctx, beating (a failed NIC's supervisor is alive).
 func (r *nicRunner) idle(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := r.d.clk.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		r.heartbeat()
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
 
 // sleep waits d (or until ctx ends), beating.
 func (r *nicRunner) sleep(ctx context.Context, d time.Duration) {
-	end := time.NewTimer(d)
+	end := r.d.clk.NewTimer(d)
 	defer end.Stop()
-	t := time.NewTicker(time.Second)
+	t := r.d.clk.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		r.heartbeat()
 		select {
 		case <-ctx.Done():
 			return
-		case <-end.C:
+		case <-end.C():
 			r.heartbeat()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -474,9 +475,9 @@ func (r *nicRunner) waitOffer(ctx context.Context, oldIno uint64) {
 	if inst.IsZero() {
 		return
 	}
-	beat := time.NewTicker(time.Second)
+	beat := r.d.clk.NewTicker(time.Second)
 	defer beat.Stop()
-	rescan := time.NewTicker(r.d.rescan)
+	rescan := r.d.clk.NewTicker(r.d.rescan)
 	defer rescan.Stop()
 	for ctx.Err() == nil {
 		r.heartbeat()
@@ -490,8 +491,8 @@ func (r *nicRunner) waitOffer(ctx context.Context, oldIno uint64) {
 		select {
 		case <-ctx.Done():
 		case <-ev:
-		case <-rescan.C:
-		case <-beat.C:
+		case <-rescan.C():
+		case <-beat.C():
 		}
 	}
 }
@@ -681,13 +682,13 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 			"gpa_pool", r.state().GPAPool)
 	}
 	r.setNIC(nic)
-	r.probed.Store(time.Now().UnixNano()) // bring-up answered the host's questions
+	r.probed.Store(r.d.clk.Now().UnixNano()) // bring-up answered the host's questions
 	r.setState(stateUp, nil)
 
-	t := time.NewTicker(min(time.Second, r.d.probeInterval))
+	t := r.d.clk.NewTicker(min(time.Second, r.d.probeInterval))
 	defer t.Stop()
 	var failure error
-	lastProbe, probeFails := time.Now(), 0
+	lastProbe, probeFails := r.d.clk.Now(), 0
 loop:
 	for {
 		r.heartbeat()
@@ -710,20 +711,20 @@ loop:
 				failure = transient(errors.New("data path stopped"))
 			}
 			break loop
-		case <-t.C:
+		case <-t.C():
 		}
 		// Liveness of the device itself: a control request through the
 		// primary channel, answered by the host, now and then. A NIC
 		// whose host stops answering is reset rather than left hanging.
-		if time.Since(lastProbe) >= r.d.probeInterval {
-			lastProbe = time.Now()
-			pctx, cancel := context.WithTimeout(ctx, r.d.probeTimeout)
+		if r.d.clk.Since(lastProbe) >= r.d.probeInterval {
+			lastProbe = r.d.clk.Now()
+			pctx, cancel := clock.WithTimeout(ctx, r.d.clk, r.d.probeTimeout)
 			_, err := nic.QueryLink(pctx)
 			cancel()
 			switch {
 			case err == nil:
 				probeFails = 0
-				r.probed.Store(time.Now().UnixNano())
+				r.probed.Store(r.d.clk.Now().UnixNano())
 			case ctx.Err() == nil && nic.Err() == nil:
 				probeFails++
 				r.log.Warn("liveness probe failed", "err", err, "consecutive", probeFails)

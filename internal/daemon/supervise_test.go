@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -113,16 +114,22 @@ func TestReadyAnyNamesTheDevicesNotUp(t *testing.T) {
 // NIC comes up gets it reset like any other violation, and counted.
 func TestBringUpViolationIsCounted(t *testing.T) {
 	r := newRig(t)
+	clk := r.useFakeClock()
+	r.noWaitReady = true // not ready until eth3's backoff ends
 	// A third NIC whose host announces a malformed receive buffer once.
 	bad := r.addNICWith(t, sim.NICConfig{IfName: "eth3", MaxQueues: 1, Faults: []sim.NICFault{sim.NICFaultRecvSections}})
 	bad.Attach(sim.NewReflector())
 	cfg := r.config()
 	cfg.NICs = append(cfg.NICs, config.NIC{Device: "eth3", Attach: config.AttachForward, Peer: "eth1"})
 	r.startWith(t, cfg)
+	advanceTimer(t, clk, 500*time.Millisecond) // the first reset's backoff
 	waitFor(t, "eth3 up after the reset", func() bool {
 		st := r.nicState("eth3")
 		return st.State == "up" && st.Resets > 0
 	})
+	if st := r.nicState("eth3"); st.Resets != 1 {
+		t.Fatalf("eth3: %+v, want one reset", st)
+	}
 	var viol uint64
 	for _, n := range r.d.Stats().NICs {
 		if n.Name == "eth3" {
@@ -142,12 +149,12 @@ func TestBringUpViolationIsCounted(t *testing.T) {
 	}
 }
 
-// TestRescindWaitIsEventDriven: with the fallback rescan an hour away, a
-// rescinded NIC comes back as soon as the host offers it again (the
-// devices directory changed), not after a fixed delay.
+// TestRescindWaitIsEventDriven: with the fallback rescan never due (the
+// supervisors' clock does not move), a rescinded NIC comes back as soon
+// as the host offers it again (the devices directory changed).
 func TestRescindWaitIsEventDriven(t *testing.T) {
 	r := newRig(t)
-	r.rescan = time.Hour
+	r.useFakeClock()
 	r.start(t)
 	waitFor(t, "traffic", func() bool { return forwarded(r) > 500 })
 	inst := r.a.Device().Instance()
@@ -304,7 +311,14 @@ func TestReloadRetriesAFailedNIC(t *testing.T) {
 	cfg.NICs[0].MTU = 9500
 	r.startWith(t, cfg)
 	waitFor(t, "eth1 failed", func() bool { return r.nicState("eth1").State == "failed" })
-	ch, err := r.d.Reload(context.Background(), cfg)
+	// eth1 can fail before Run has finished starting; Reload refuses until
+	// then (ErrNotRunning, nothing applied), so try again.
+	var ch daemon.Changes
+	var err error
+	waitFor(t, "the daemon to take a reload", func() bool {
+		ch, err = r.d.Reload(context.Background(), cfg)
+		return !errors.Is(err, daemon.ErrNotRunning)
+	})
 	if err != nil || !slices.Equal(ch.Restarted, []string{"eth1"}) {
 		t.Fatalf("reload: %+v %v", ch, err)
 	}

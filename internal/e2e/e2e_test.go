@@ -26,6 +26,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
@@ -425,13 +426,16 @@ func TestLinkDownUpIsCarrier(t *testing.T) {
 	r := newRig(t, sim.NICConfig{LinkSpacing: time.Millisecond}, 1, false)
 	name := r.dev.Name()
 	wait := func(want bool) {
-		deadline := time.Now().Add(10 * time.Second)
-		for carrier(t, r.guestNS, name) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("carrier never went %v (nic link %v)", want, r.nic.Link())
+		t.Helper()
+		done := false
+		defer func() {
+			if !done {
+				t.Logf("nic link %v when the wait for the carrier failed", r.nic.Link())
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		}()
+		testutil.WaitFor(t, 10*time.Second, func() bool { return carrier(t, r.guestNS, name) == want },
+			fmt.Sprintf("the carrier to go %v", want))
+		done = true
 	}
 	wait(true)
 	r.sn.SetLink(false)

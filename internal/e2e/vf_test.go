@@ -30,6 +30,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/afxdp"
 	"github.com/vmbusd/vmbusd/frame"
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
@@ -927,25 +928,21 @@ func TestVFFlapsLeaveNothingBehind(t *testing.T) {
 	if _, err := netlink.LinkByName(r.vf.Config().HostIf); err == nil {
 		t.Errorf("veth %s left behind", r.vf.Config().HostIf)
 	}
-	if !waitCond(10*time.Second, func() bool { now := countResources(t); return now.goroutines <= base.goroutines && now.fds <= base.fds }) {
-		now := countResources(t)
-		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines %d -> %d, fds %d -> %d\n%s", base.goroutines, now.goroutines, base.fds, now.fds, buf[:runtime.Stack(buf, true)])
-	}
-	t.Logf("%d flaps: %d switches (%v), %d XDP programs, all gone", sim.FlapCycles, st.Switches, st.Reasons, len(progs))
-}
-
-// waitCond polls cond (resources the kernel frees from its work queues
-// have no event to wait on); false after d.
-func waitCond(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+	// Resources the kernel frees from its work queues have no event to
+	// wait on. Should the wait fail, its last count and every stack are
+	// logged.
+	var now vfResources
+	defer func() {
+		if now.goroutines > base.goroutines || now.fds > base.fds {
+			buf := make([]byte, 1<<20)
+			t.Logf("goroutines %d -> %d, fds %d -> %d\n%s", base.goroutines, now.goroutines, base.fds, now.fds, buf[:runtime.Stack(buf, true)])
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() bool {
+		now = countResources(t)
+		return now.goroutines <= base.goroutines && now.fds <= base.fds
+	}, "the goroutines and fds to be back to their count before the rig")
+	t.Logf("%d flaps: %d switches (%v), %d XDP programs, all gone", sim.FlapCycles, st.Switches, st.Reasons, len(progs))
 }
 
 // TestVFSlowProbeAndLinkRecovery: the association arrives long before the
@@ -1217,14 +1214,10 @@ func benchVFPath(b *testing.B, vf, tx bool) {
 	q := nic.Queues()[0]
 	in := make([]*frame.Packet, 64)
 	if vf {
-		for nic.VFStatus().State != netvsc.VFStateActive {
+		testutil.WaitFor(b, 0, func() bool {
 			frame.PutBurst(in[:q.RxBurst(in)]) // drains the association in
-			ch := nic.VFChanged()
-			select {
-			case <-ch:
-			case <-time.After(time.Millisecond):
-			}
-		}
+			return nic.VFStatus().State == netvsc.VFStateActive
+		}, "the VF data path")
 	}
 	const burst = 32
 	mac := nic.MAC()
