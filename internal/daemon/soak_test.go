@@ -114,7 +114,11 @@ func TestSoakAttachDetachConnectClose(t *testing.T) {
 	})
 	t.Logf("%d rounds (%d hv_sock, control and metrics connections each); footprint at a third: %+v; at the end: %+v",
 		round, 20, mid, end)
-	if end.heap > mid.heap+32<<20 || end.rss > mid.rss+64<<20 {
+	// RSS is judged only over a long soak: over the three short rounds of
+	// make test it moves with the race detector's shadow memory and pages
+	// the runtime has not returned yet (64 MiB once, under load, with the
+	// heap flat), which says nothing about a leak; the heap does.
+	if end.heap > mid.heap+32<<20 || (length > 0 && end.rss > mid.rss+64<<20) {
 		t.Fatalf("memory grew: heap %d -> %d MiB, RSS %d -> %d MiB", mid.heap>>20, end.heap>>20, mid.rss>>20, end.rss>>20)
 	}
 	if v := r.h.Violations(); len(v) != 0 {
