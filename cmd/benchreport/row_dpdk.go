@@ -29,8 +29,10 @@ func dpdkRow() row {
 			"between the first and the last once-a-second statistics block with traffic, over the time between them; its " +
 			"CPU is `utime+stime` of the `dpdk-testpmd` process (all threads) from `/proc/<pid>/stat`, read when each block " +
 			"appears, over the same window. **vmbusd**: `netbench txonly -root R` drives the same host's NIC with " +
-			"`netvsc.Config{Queues: <queues>}` (defaults otherwise: hybrid waiting), one goroutine per queue calling " +
-			"`AllocBurst`/`TxBurst` with 32 frames as fast as the ring takes them, and reports frames accepted per second and " +
+			"`netvsc.Config{Queues: <queues>}` (defaults otherwise: hybrid waiting) and `-workers 1`: one goroutine serves every " +
+			"queue in turn, as testpmd's one forwarding lcore does (a goroutine per queue would compete for this machine's two " +
+			"cores with the simulated host's per-channel threads, which a real host does not), calling " +
+			"`AllocBurst`/`TxBurst` with 32 frames per queue as fast as the rings take them, and reports frames accepted per second and " +
 			"process CPU (getrusage) over a window after a 300 ms warm-up. The host's CPU is its process's `/proc` time " +
 			"over the same windows. Rate ratio and CPU ratio are vmbusd ÷ DPDK, run by run; DPDK counts frames its ring " +
 			"refused as dropped and does not retry them, vmbusd waits for ring space; both count only frames the driver " +
@@ -80,7 +82,7 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 		points, secs, dur = []txPoint{{64, 1}, {1024, 2}}, 9, 2*time.Second
 	}
 	s.ran(`OUT=DIR R=/dev/shm/… FWD=txonly TXPKTS=<frame> QUEUES=<queues> HOST_CMD='exec out/bench/bin/vmbusd sim --root "$R" --abs-links --test 0 --nic 1 --port sink --memory proc' ../shared/tools/dpdk-guest/run.sh %d`, secs)
-	s.ran("out/bench/bin/vmbusd sim --root R --abs-links --test 0 --nic 1 --port sink --memory proc & out/bench/bin/netbench -json -root R -host-pid PID -queues <queues> -size <frame> -dur %s txonly", dur)
+	s.ran("out/bench/bin/vmbusd sim --root R --abs-links --test 0 --nic 1 --port sink --memory proc & out/bench/bin/netbench -json -root R -host-pid PID -queues <queues> -workers 1 -size <frame> -dur %s txonly", dur)
 
 	type result struct{ dpdk, vm []txMeasure }
 	res := map[txPoint]*result{}
@@ -359,7 +361,7 @@ func netbenchTx(ctx context.Context, e *env, vmbusd, netbench string, p txPoint,
 		return txMeasure{}, fmt.Errorf("vmbusd sim: %v: %s", err, tail(sim.err.text(), 300))
 	}
 	out, err := e.output(ctx, dur+2*time.Minute, filepath.Join(dir, "netbench"), nil, netbench, "-json", "-root", root, "-host-pid", strconv.Itoa(sim.pid()),
-		"-queues", strconv.Itoa(p.queues), "-size", strconv.Itoa(p.size), "-dur", dur.String(), "txonly")
+		"-queues", strconv.Itoa(p.queues), "-workers", "1", "-size", strconv.Itoa(p.size), "-dur", dur.String(), "txonly")
 	if err != nil {
 		return txMeasure{}, err
 	}

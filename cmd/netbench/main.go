@@ -39,6 +39,7 @@ var (
 	dur       = flag.Duration("dur", 3*time.Second, "measurement time per point")
 	asJSON    = flag.Bool("json", false, "print results as JSON lines")
 	queues    = flag.Int("queues", 1, "queues for the rate test")
+	workers   = flag.Int("workers", 0, "txonly: goroutines transmitting, each serving its share of the queues (0: one per queue; 1: one for all, like testpmd with one forwarding lcore)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the guest side")
 	traceOut  = flag.String("trace", "", "write an execution trace of the guest side (go tool trace: scheduler latency)")
 	hostTrace = flag.String("hosttrace", "", "tapveth: write an execution trace of the simulated host's process")
@@ -337,14 +338,21 @@ func rxLoop(ctx context.Context, n *netvsc.NIC, count *atomic.Uint64) *sync.Wait
 	return &wg
 }
 
-// txLoop sends frames of size on queue q until ctx ends; burst/pause make
-// the load bursty (0: continuous).
-func txLoop(ctx context.Context, n *netvsc.NIC, q *netvsc.Queue, size, burst int, pause time.Duration, count *atomic.Uint64) {
+// txTemplate is the frame the transmit tests send: to a peer MAC the
+// simulated host's vSwitch does not know, from the NIC's own, IPv4.
+func txTemplate(n *netvsc.NIC, size int) []byte {
 	tmpl := make([]byte, size)
 	copy(tmpl, []byte{0x02, 0, 0, 0, 0, 9})
 	copy(tmpl[6:], n.MAC())
 	tmpl[12], tmpl[13] = 0x08, 0x00
 	tmpl[14] = 0x45
+	return tmpl
+}
+
+// txLoop sends frames of size on queue q until ctx ends; burst/pause make
+// the load bursty (0: continuous).
+func txLoop(ctx context.Context, n *netvsc.NIC, q *netvsc.Queue, size, burst int, pause time.Duration, count *atomic.Uint64) {
+	tmpl := txTemplate(n, size)
 	pkts := make([]*frame.Packet, 32)
 	inBurst := 0
 	for ctx.Err() == nil {

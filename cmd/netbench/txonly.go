@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -60,9 +61,21 @@ func testTxOnly() error {
 	ctx, cancel = context.WithCancel(context.Background())
 	rx := rxLoop(ctx, n, &rxc)
 	var wg sync.WaitGroup
-	for _, q := range n.Queues() {
+	qs := n.Queues()
+	w := *workers
+	if w <= 0 || w > len(qs) {
+		w = len(qs)
+	}
+	// Worker i serves queues i, i+w, i+2w, ...: with -workers 1 one
+	// goroutine serves every queue, as testpmd's single forwarding lcore
+	// does.
+	for i := range w {
+		var mine []*netvsc.Queue
+		for j := i; j < len(qs); j += w {
+			mine = append(mine, qs[j])
+		}
 		wg.Add(1)
-		go func() { defer wg.Done(); txLoop(ctx, n, q, *txSize, 0, 0, &count) }()
+		go func() { defer wg.Done(); txLoopQueues(ctx, n, mine, *txSize, &count) }()
 	}
 	time.Sleep(300 * time.Millisecond) // warm up: sections and rings in use
 	c0, hc0, p0, s0 := selfCPU(), hostCPU(), count.Load(), n.Stats()
@@ -87,12 +100,12 @@ func testTxOnly() error {
 		busy += a.TxBusy - b.TxBusy
 		full += a.TxSendFull - b.TxSendFull
 	}
-	kv := map[string]any{"test": "txonly", "size": *txSize, "mode": modeList()[0].String(), "queues": len(s1.Queues),
+	kv := map[string]any{"test": "txonly", "size": *txSize, "mode": modeList()[0].String(), "queues": len(s1.Queues), "workers": w,
 		"pps": pk / el, "gbps": pk * float64(*txSize) * 8 / el / 1e9,
 		"guest_cpu": (c1 - c0) / el, "guest_cpu_s_per_mpkt": (c1 - c0) / (pk / 1e6),
 		"signals_per_pkt": float64(sig) / pk, "tx_busy_per_kpkt": float64(busy) / (pk / 1e3),
 		"send_full_per_kpkt": float64(full) / (pk / 1e3)}
-	order := []string{"test", "size", "mode", "queues", "pps", "gbps", "guest_cpu", "guest_cpu_s_per_mpkt"}
+	order := []string{"test", "size", "mode", "queues", "workers", "pps", "gbps", "guest_cpu", "guest_cpu_s_per_mpkt"}
 	if h != nil || *hostPID > 0 {
 		kv["host_cpu"], kv["host_cpu_s_per_mpkt"] = (hc1-hc0)/el, (hc1-hc0)/(pk/1e6)
 		order = append(order, "host_cpu", "host_cpu_s_per_mpkt")
@@ -114,4 +127,36 @@ func findNIC(root string) (vmbus.Device, error) {
 		}
 	}
 	return vmbus.Device{}, fmt.Errorf("no synthetic NIC bound to uio_hv_generic under %s", root)
+}
+
+// txLoopQueues transmits -size byte frames on its queues in turn, 32 per
+// burst per queue, until ctx ends. It waits only when no queue took a frame
+// in a whole round, and then on the first queue that refused one.
+func txLoopQueues(ctx context.Context, n *netvsc.NIC, qs []*netvsc.Queue, size int, count *atomic.Uint64) {
+	if len(qs) == 1 {
+		txLoop(ctx, n, qs[0], size, 0, 0, count)
+		return
+	}
+	tmpl := txTemplate(n, size)
+	pkts := make([]*frame.Packet, 32)
+	for ctx.Err() == nil {
+		var full *netvsc.Queue
+		sent := 0
+		for _, q := range qs {
+			k := q.AllocBurst(pkts)
+			for _, p := range pkts[:k] {
+				copy(p.SetLen(size), tmpl)
+			}
+			m := q.TxBurst(pkts[:k])
+			frame.PutBurst(pkts[m:k])
+			sent += m
+			if (m < k || k == 0) && full == nil {
+				full = q
+			}
+		}
+		count.Add(uint64(sent))
+		if sent == 0 && full != nil {
+			full.WaitTx(ctx)
+		}
+	}
 }
