@@ -109,9 +109,10 @@ type Config struct {
 	// connection (its FIN and rescind) after ours; then the connection is
 	// reset locally. 0 means DefaultLinger; negative means no wait.
 	Linger time.Duration
-	// Clock times the Linger (nil: the real clock), so that a test can
-	// end it without waiting. VMBus transport only; Read and Write
-	// deadlines stay wall-clock times.
+	// Clock times the Linger, a Dialer's RetryWait and its Timeout on the
+	// VMBus transport (nil: the real clock), so that a test can end them
+	// without waiting. Read and Write deadlines stay wall-clock times, as
+	// does everything on the kernel transport but RetryWait.
 	Clock clock.Clock
 	// Backlog bounds a Listener's unaccepted connections (DefaultBacklog).
 	Backlog int

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 )
 
@@ -19,13 +20,14 @@ import (
 type Dialer struct {
 	Config Config
 	// Timeout bounds one attempt: on the VMBus transport the wait for the
-	// host's offer and the open, on the kernel transport the connect.
+	// host's offer and the open, timed by Config.Clock; on the kernel
+	// transport the connect, by a socket deadline (wall-clock time).
 	// 0 means DefaultConnectTimeout.
 	Timeout time.Duration
 	// Retries is how many more attempts follow one that was refused or
 	// timed out (go-winio HvsockDialer semantics).
 	Retries int
-	// RetryWait is the pause between attempts.
+	// RetryWait is the pause between attempts, timed by Config.Clock.
 	RetryWait time.Duration
 }
 
@@ -73,12 +75,12 @@ func (d *Dialer) Dial(ctx context.Context, port uint32) (*Conn, error) {
 			return nil, opErr(err)
 		}
 		if d.RetryWait > 0 {
-			t := time.NewTimer(d.RetryWait)
+			t := clock.Or(cfg.Clock).NewTimer(d.RetryWait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return nil, opErr(ctx.Err())
-			case <-t.C:
+			case <-t.C():
 			}
 		}
 	}
@@ -134,11 +136,14 @@ func dialVMBus(ctx context.Context, cfg *Config, port uint32, timeout time.Durat
 	})
 	defer unwatch()
 
-	tctx, cancel := context.WithTimeout(ctx, timeout)
+	tctx, cancel := clock.WithTimeout(ctx, cfg.Clock, timeout)
 	defer cancel()
 	var nd net.Dialer
 	nc, err := nd.DialContext(tctx, "unixpacket", tlPath)
 	if err != nil {
+		if tctx.Err() != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("hvsock: connect request: %w", syscall.ETIMEDOUT)
+		}
 		return nil, fmt.Errorf("hvsock: connect request: %w", err)
 	}
 	tl := nc.(*net.UnixConn)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/clock/clocktest"
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/internal/testutil"
@@ -39,20 +40,39 @@ func TestDialRefusedByTheHost(t *testing.T) {
 
 // TestDialTimeoutIgnoresLateOffer: the host offers after the guest gave up;
 // the guest leaves the offer unopened and the host rescinds it after its
-// open timeout (Linux's behaviour).
+// open timeout (Linux's behaviour). Both timeouts run on a fake clock: the
+// dialer's expires as soon as the host holds the request, whose offer
+// comes 300 ms (real time) later.
 func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 	testutil.CheckGoroutineLeaks(t)
-	e := newTestEnv(t, sim.HvSockConfig{GuestOpenTimeout: time.Second})
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := newTestEnv(t, sim.HvSockConfig{GuestOpenTimeout: time.Second, Clock: clk})
 	l, _ := e.hv.Listen(300)
 	defer l.Close()
-	// The offer comes 300 ms after the request, the dialer gives up
-	// after 100 ms: it cannot see the offer in time.
 	e.hv.SetOfferDelay(300 * time.Millisecond)
-	d := hvsock.Dialer{Config: e.cfg, Timeout: 100 * time.Millisecond}
-	_, err := d.Dial(testCtx(t), 300)
-	if !errors.Is(err, syscall.ETIMEDOUT) {
+	cfg := e.cfg
+	cfg.Clock = clk
+	d := hvsock.Dialer{Config: cfg, Timeout: 5 * time.Second}
+	dialed := make(chan error, 1)
+	go func() {
+		_, err := d.Dial(testCtx(t), 300)
+		dialed <- err
+	}()
+	// Expire the timeout once the host holds the request (its offer is
+	// 300 ms away).
+	testutil.WaitFor(t, hangAfter, func() bool { return e.hv.Stats().Requests > 0 }, "the host to get the connect request")
+	if err := clk.WaitTimer(testCtx(t), d.Timeout); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(d.Timeout)
+	if err := recv(t, "Dial", dialed); !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial = %v, want ETIMEDOUT", err)
 	}
+	// The late offer, left alone, waits for the guest's open.
+	if err := clk.WaitTimer(testCtx(t), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
 	testutil.WaitFor(t, hangAfter, func() bool {
 		s := e.hv.Stats()
 		return s.OpenTimeouts > 0 && s.Rescinds > 0
@@ -62,7 +82,6 @@ func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 	}
 	// With the host prompt again, a patient dialer connects.
 	e.hv.SetOfferDelay(0)
-	d.Timeout = 20 * time.Second
 	c, err := d.Dial(testCtx(t), 300)
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +89,48 @@ func TestDialTimeoutIgnoresLateOffer(t *testing.T) {
 	h, _ := l.AcceptHvSock()
 	h.Close()
 	c.Close()
+}
+
+// TestDialRetriesOnTheClock: a refused dial is tried again RetryWait later
+// on the dialer's clock, and not before; after Retries more refusals it
+// fails.
+func TestDialRetriesOnTheClock(t *testing.T) {
+	testutil.CheckGoroutineLeaks(t)
+	e := newTestEnv(t, sim.HvSockConfig{})
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := e.cfg
+	cfg.Clock = clk
+	d := hvsock.Dialer{Config: cfg, Timeout: time.Hour, Retries: 2, RetryWait: 3 * time.Second}
+	dialed := make(chan error, 1)
+	go func() {
+		_, err := d.Dial(testCtx(t), 1235)
+		dialed <- err
+	}()
+	for attempt := 1; attempt <= 2; attempt++ {
+		// Parked on the wait after the attempt's refusal.
+		if err := clk.WaitTimer(testCtx(t), d.RetryWait); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.hv.Stats().Refused; got != uint64(attempt) {
+			t.Fatalf("waiting after attempt %d: host refused %d", attempt, got)
+		}
+		clk.Advance(d.RetryWait - time.Nanosecond)
+		select {
+		case err := <-dialed:
+			t.Fatalf("Dial returned (%v) during a retry wait", err)
+		default:
+		}
+		if got := e.hv.Stats().Refused; got != uint64(attempt) {
+			t.Fatalf("attempt %d made before the wait ended", attempt+1)
+		}
+		clk.Advance(time.Nanosecond)
+	}
+	if err := recv(t, "Dial", dialed); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Dial = %v, want ECONNREFUSED", err)
+	}
+	if got := e.hv.Stats().Refused; got != 3 {
+		t.Fatalf("host refused %d requests, want 3 (one attempt and two retries)", got)
+	}
 }
 
 func TestDialHonoursContext(t *testing.T) {

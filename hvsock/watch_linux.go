@@ -153,6 +153,7 @@ func (w *busWatcher) run() {
 	if ino != nil {
 		go w.readInotify(ino)
 	}
+	// The rescan is a poll backing up inotify, not a timeout: real time.
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -316,6 +317,9 @@ func openOffer(ctx context.Context, cfg *Config, o offer, snd, rcv int) (*vmbus.
 		if err != nil && errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("hvsock: offer %s rescinded before it was opened: %w", o.instance, err)
 		}
+		// A poll of sysfs while uio_hv_generic binds, not a timeout
+		// (ctx is): real time, so that a fake Config.Clock does not
+		// stall it.
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -70,8 +70,10 @@ type Config struct {
 	// ControlTimeout bounds each NVSP or RNDIS control request (0: 60 s;
 	// Azure hosts may take 15 s, DPDK d564751748).
 	ControlTimeout time.Duration
-	// Clock times ControlTimeout (nil: the real clock), so that a test can
-	// expire it without waiting, and a loaded machine cannot.
+	// Clock times ControlTimeout and the VF's timers: VFTimeout, the
+	// retry backoff, the switch and drain bounds (nil: the real clock), so
+	// that a test can expire them without waiting, and a loaded machine
+	// cannot.
 	Clock clock.Clock
 	// SubchannelTimeout bounds the wait for granted sub-channels' rings to
 	// appear (0: 10 s, DPDK's 1000 × 10 ms).

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vmbusd/vmbusd/clock"
 	"golang.org/x/sys/unix"
 )
 
@@ -154,6 +155,7 @@ func (e linkEvent) usable() bool {
 type linkWatch struct {
 	fd, evfd int
 	notify   func()
+	clk      clock.Clock // stamps the events
 
 	mu      sync.Mutex
 	events  []linkEvent
@@ -165,7 +167,7 @@ type linkWatch struct {
 // maxLinkEvents bounds the events kept between two looks of the manager.
 const maxLinkEvents = 256
 
-func newLinkWatch(notify func()) (*linkWatch, error) {
+func newLinkWatch(notify func(), clk clock.Clock) (*linkWatch, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netvsc: rtnetlink socket: %w", err)
@@ -179,7 +181,7 @@ func newLinkWatch(notify func()) (*linkWatch, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netvsc: eventfd: %w", err)
 	}
-	w := &linkWatch{fd: fd, evfd: evfd, notify: notify, done: make(chan struct{})}
+	w := &linkWatch{fd: fd, evfd: evfd, notify: notify, clk: clk, done: make(chan struct{})}
 	go w.run()
 	return w, nil
 }
@@ -211,7 +213,7 @@ func (w *linkWatch) run() {
 			if err != nil || n <= 0 {
 				break
 			}
-			now := time.Now()
+			now := w.clk.Now()
 			w.mu.Lock()
 			for _, e := range parseLinkEvents(buf[:n]) {
 				if len(w.events) == maxLinkEvents {
@@ -278,11 +280,12 @@ func parseLinkEvents(b []byte) []linkEvent {
 	return out
 }
 
-// linkNow reads a netdev's state by index, for when events were lost.
-func linkNow(index int) linkEvent {
+// linkNow reads a netdev's state by index, for when events were lost,
+// stamped with clk's time.
+func linkNow(index int, clk clock.Clock) linkEvent {
 	l, err := netlink.LinkByIndex(index)
 	if err != nil {
-		return linkEvent{index: index, deleted: true, at: time.Now()}
+		return linkEvent{index: index, deleted: true, at: clk.Now()}
 	}
-	return linkEvent{index: index, flags: l.Attrs().RawFlags, at: time.Now()}
+	return linkEvent{index: index, flags: l.Attrs().RawFlags, at: clk.Now()}
 }

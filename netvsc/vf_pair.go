@@ -26,11 +26,13 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/afxdp"
+	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 )
 
 type vfManager struct {
 	n    *NIC
+	clk  clock.Clock // the retry backoff, the switch and drain timeouts, event times
 	mode VFMode
 	xdp  afxdp.Config
 	log  *slog.Logger
@@ -119,9 +121,10 @@ const (
 )
 
 func newVFManager(n *NIC, cfg Config) *vfManager {
-	m := &vfManager{n: n, mode: cfg.VF, xdp: cfg.VFXDP, log: n.log.With("vf", true),
+	clk := clock.Or(cfg.Clock)
+	m := &vfManager{n: n, clk: clk, mode: cfg.VF, xdp: cfg.VFXDP, log: n.log.With("vf", true),
 		kick: make(chan struct{}, 1), req: make(chan vfRequest), quit: make(chan struct{}), done: make(chan struct{}),
-		state: VFStateNone, backoff: vfRetryMin, since: time.Now(), reasons: map[string]uint64{},
+		state: VFStateNone, backoff: vfRetryMin, since: clk.Now(), reasons: map[string]uint64{},
 		changed: make(chan struct{})}
 	for i := range m.qs {
 		m.qs[i] = newVFQueue(m, i)
@@ -131,7 +134,7 @@ func newVFManager(n *NIC, cfg Config) *vfManager {
 
 // start begins watching netdevs and runs the goroutine.
 func (m *vfManager) start() {
-	w, err := newLinkWatch(m.poke)
+	w, err := newLinkWatch(m.poke, m.clk)
 	if err != nil {
 		m.log.Warn("no rtnetlink: VF removal is seen only from the data path and the host", "err", err)
 	} else {
@@ -183,7 +186,7 @@ func (m *vfManager) queue(idx int) *vfQueue {
 
 // association records a VF_ASSOCIATION (hook; queue 0's drain).
 func (m *vfManager) association(s *session, allocated bool, serial uint32) {
-	now := time.Now()
+	now := m.clk.Now()
 	m.mu.Lock()
 	m.assoc = vfAssoc{sess: s, allocated: allocated, serial: serial, at: now}
 	m.retryAt, m.hold, m.backoff = time.Time{}, time.Time{}, vfRetryMin
@@ -199,7 +202,7 @@ func (m *vfManager) hostSwitch(s *session, path uint32) {
 	if path != nvsp.DataPathSynthetic {
 		return
 	}
-	now := time.Now()
+	now := m.clk.Now()
 	m.mu.Lock()
 	if m.att != nil && m.att.sess == s {
 		m.triggerLocked(ReasonHostSwitch, now, "")
@@ -213,7 +216,7 @@ func (m *vfManager) hostSwitch(s *session, path uint32) {
 
 // dataPathError records a VF socket's failure (hook; a burst call).
 func (m *vfManager) dataPathError(err error) {
-	now := time.Now()
+	now := m.clk.Now()
 	reason := ReasonDataPathError
 	if errors.Is(err, afxdp.ErrDeviceDown) {
 		reason = ReasonNetdevDown
@@ -230,7 +233,7 @@ func (m *vfManager) triggerLocked(reason string, at time.Time, err string) {
 	if m.att == nil {
 		return
 	}
-	now := time.Now()
+	now := m.clk.Now()
 	if m.trig.reason == "" {
 		m.trig = vfTrigger{reason: reason, at: at, switched: now, err: err}
 	}
@@ -296,7 +299,7 @@ func (m *vfManager) addEventLocked(e VFEvent) {
 
 func (m *vfManager) run() {
 	defer close(m.done)
-	t := time.NewTimer(time.Hour)
+	t := m.clk.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		wait := m.step()
@@ -312,14 +315,14 @@ func (m *vfManager) run() {
 		t.Reset(wait)
 		select {
 		case <-m.quit:
-			m.detach(ReasonClosing, time.Now(), "")
+			m.detach(ReasonClosing, m.clk.Now(), "")
 			m.setState(VFStateNone)
 			return
 		case r := <-m.req:
-			m.detach(r.reason, time.Now(), "")
+			m.detach(r.reason, m.clk.Now(), "")
 			close(r.done)
 		case <-m.kick:
-		case <-t.C:
+		case <-t.C():
 		case <-dead:
 		}
 		t.Stop()
@@ -334,7 +337,7 @@ func (m *vfManager) step() time.Duration {
 	m.mu.Lock()
 	att, assoc, trig := m.att, m.assoc, m.trig
 	m.mu.Unlock()
-	now := time.Now()
+	now := m.clk.Now()
 	if att != nil {
 		switch {
 		case att.sess != s || s.err() != nil:
@@ -430,7 +433,7 @@ func (m *vfManager) linkEvents() {
 	if bad == nil && !over {
 		return
 	}
-	now := linkNow(idx)
+	now := linkNow(idx, m.clk)
 	if now.usable() {
 		return
 	}
@@ -482,7 +485,7 @@ func (m *vfManager) attachVF(s *session, serial uint32) error {
 	if err != nil {
 		return err
 	}
-	att := &vfAttachment{sess: s, dev: dev, port: port, socks: port.Sockets(), queues: s.queues, at: time.Now()}
+	att := &vfAttachment{sess: s, dev: dev, port: port, socks: port.Sockets(), queues: s.queues, at: m.clk.Now()}
 	if err := m.bindQueues(att); err != nil {
 		m.unbind(att)
 		return err
@@ -497,7 +500,7 @@ func (m *vfManager) attachVF(s *session, serial uint32) error {
 	// would have the host steer to a VF it is taking away, so look again
 	// right before asking.
 	m.mu.Lock()
-	going := m.trig.reason != "" || m.assoc.sess != s || !m.assoc.allocated || time.Now().Before(m.hold)
+	going := m.trig.reason != "" || m.assoc.sess != s || !m.assoc.allocated || m.clk.Now().Before(m.hold)
 	if going {
 		m.att = nil
 	}
@@ -506,10 +509,10 @@ func (m *vfManager) attachVF(s *session, serial uint32) error {
 		m.unbind(att)
 		return errVFGoing
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.ControlTimeout, vfSwitchTimeout))
+	ctx, cancel := clock.WithTimeout(context.Background(), m.clk, min(s.cfg.ControlTimeout, vfSwitchTimeout))
 	err = m.n.SwitchDataPath(ctx, true)
 	cancel()
-	now := time.Now()
+	now := m.clk.Now()
 	if err != nil {
 		m.mu.Lock()
 		m.att = nil
@@ -604,7 +607,7 @@ func (m *vfManager) detach(reason string, observed time.Time, errText string) {
 	m.mu.Unlock()
 	s := att.sess
 	if s == m.n.session() && s.err() == nil && reason != ReasonSessionEnded {
-		ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.ControlTimeout, vfSwitchTimeout))
+		ctx, cancel := clock.WithTimeout(context.Background(), m.clk, min(s.cfg.ControlTimeout, vfSwitchTimeout))
 		if err := m.n.SwitchDataPath(ctx, false); err != nil {
 			m.log.Warn("switch to synthetic", "err", err)
 		}
@@ -614,7 +617,7 @@ func (m *vfManager) detach(reason string, observed time.Time, errText string) {
 		m.drain(att)
 	}
 	m.unbind(att)
-	done := time.Now()
+	done := m.clk.Now()
 	m.mu.Lock()
 	m.att, m.trig = nil, vfTrigger{}
 	m.state = VFStateNone
@@ -632,9 +635,13 @@ func (m *vfManager) detach(reason string, observed time.Time, errText string) {
 // depend on anyone calling RxBurst meanwhile; frames beyond the staging's
 // room are dropped and counted (rx_no_memory).
 func (m *vfManager) drain(att *vfAttachment) {
-	deadline := time.Now().Add(vfDrainMax)
+	end := m.clk.NewTimer(vfDrainMax)
+	defer end.Stop()
+	// The quiet period is measured on real time, as the 1 ms pause
+	// between looks: it is how long frames already on the wire take to
+	// land, a property of the data path; only the bound is a timeout.
 	quietSince := time.Now()
-	for time.Now().Before(deadline) {
+	for {
 		got := 0
 		for _, q := range att.queues {
 			if !q.vfPending() {
@@ -652,7 +659,11 @@ func (m *vfManager) drain(att *vfAttachment) {
 		} else if time.Since(quietSince) >= vfDrainQuiet {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-end.C():
+			return
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 
@@ -665,7 +676,7 @@ func (m *vfManager) status(st *VFStatus) {
 	st.Path = m.path
 	st.Attach, st.Bind, st.Sockets = m.attach, m.bind, m.sockets
 	st.TimeSynthetic, st.TimeVF = m.timeSyn, m.timeVF
-	if d := time.Since(m.since); m.path == PathVF {
+	if d := m.clk.Since(m.since); m.path == PathVF {
 		st.TimeVF += d
 	} else {
 		st.TimeSynthetic += d
@@ -690,8 +701,11 @@ func (m *vfManager) status(st *VFStatus) {
 // receives yet, so it drains queue 0 itself meanwhile: the association
 // arrives there (frames are staged for the first RxBurst).
 func (m *vfManager) waitActive(ctx context.Context, timeout time.Duration) error {
-	t := time.NewTimer(timeout)
+	t := m.clk.NewTimer(timeout)
 	defer t.Stop()
+	// The tick paces the drain of queue 0 below, a poll of the data path
+	// while nobody receives, not a timeout: it stays on real time so that
+	// a fake clock does not stop the association from being seen.
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -714,7 +728,7 @@ func (m *vfManager) waitActive(ctx context.Context, timeout time.Duration) error
 		select {
 		case <-ch:
 		case <-tick.C:
-		case <-t.C:
+		case <-t.C():
 			if last != "" {
 				return fmt.Errorf("%w within %v (last: %s)", ErrNoVF, timeout, last)
 			}

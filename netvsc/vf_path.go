@@ -444,6 +444,8 @@ func (q *Queue) vfWaitTx(ctx context.Context) error {
 		v.txOn.Store(false)
 		return nil
 	}
+	// A pause for the kernel to free ring slots, not a timeout: real
+	// time, as the NIC's data path is never paced by Config.Clock.
 	t := time.NewTimer(50 * time.Microsecond)
 	defer t.Stop()
 	select {

@@ -47,6 +47,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmbusd/vmbusd/clock"
 )
 
 // VFKind is the VF's PCI identity: what a guest finds under its PCI device.
@@ -155,6 +157,10 @@ type VFConfig struct {
 	// Offline starts the NIC without its VF: no PCI device, no netdev, no
 	// association until Add (a VF hot-added to a running VM).
 	Offline bool
+	// Clock times the delays above, Away and graceful servicing's wait for
+	// the guest (nil: the real clock), so that a test can play a scenario
+	// without waiting. Event times stay wall-clock times.
+	Clock clock.Clock
 }
 
 // Defaults of VFConfig.
@@ -341,7 +347,7 @@ func newVF(n *NIC, cfg VFConfig) (*VF, error) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		if sleepCtx(v.stopCtx(), cfg.ProbeDelay) == nil {
+		if sleepCtx(v.stopCtx(), cfg.Clock, cfg.ProbeDelay) == nil {
 			if err := v.addNetdev(); err != nil {
 				n.log.Warn("vf netdev", "err", err)
 			}
@@ -454,7 +460,7 @@ func (v *VF) noteAt(kind VFEventKind, detail string, t time.Time) {
 
 // waitEvent waits, at most d, for an event of kind at or after since.
 func (v *VF) waitEvent(ctx context.Context, kind VFEventKind, since time.Time, d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := clock.Or(v.cfg.Clock).NewTimer(d)
 	defer t.Stop()
 	for {
 		ch := v.EventsChanged()
@@ -465,7 +471,7 @@ func (v *VF) waitEvent(ctx context.Context, kind VFEventKind, since time.Time, d
 		}
 		select {
 		case <-ch:
-		case <-t.C:
+		case <-t.C():
 			return false
 		case <-ctx.Done():
 			return false
@@ -492,14 +498,14 @@ func (v *VF) add(ctx context.Context, order VFOrder, probe time.Duration) error 
 			return err
 		}
 	}
-	if err := sleepCtx(ctx, probe); err != nil {
+	if err := sleepCtx(ctx, v.cfg.Clock, probe); err != nil {
 		return err
 	}
 	if err := v.addNetdev(); err != nil {
 		return err
 	}
 	if order == VFNetdevFirst {
-		if err := sleepCtx(ctx, v.cfg.AssociationDelay); err != nil {
+		if err := sleepCtx(ctx, v.cfg.Clock, v.cfg.AssociationDelay); err != nil {
 			return err
 		}
 		return v.n.offerVF(ctx, true)
@@ -522,7 +528,7 @@ func (v *VF) Remove(ctx context.Context, surprise bool) error {
 		if err != nil {
 			return err
 		}
-		if err := sleepCtx(ctx, v.cfg.NoticeDelay); err != nil {
+		if err := sleepCtx(ctx, v.cfg.Clock, v.cfg.NoticeDelay); err != nil {
 			return err
 		}
 		return v.n.offerVF(ctx, false)
@@ -539,7 +545,7 @@ func (v *VF) Remove(ctx context.Context, surprise bool) error {
 	if onVF {
 		v.waitEvent(ctx, VFGuestSwitchSynth, start, vfEjectTimeout)
 	}
-	if err := sleepCtx(ctx, v.cfg.RemoveDelay); err != nil {
+	if err := sleepCtx(ctx, v.cfg.Clock, v.cfg.RemoveDelay); err != nil {
 		return err
 	}
 	return errors.Join(v.removeNetdev(), v.removePCI())
@@ -878,15 +884,15 @@ func (v *VF) stopCtx() context.Context {
 	return ctx
 }
 
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// sleepCtx waits d on clk (nil: the real clock) or until ctx ends.
+func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d)
+	t := clock.Or(clk).NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

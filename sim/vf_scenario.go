@@ -89,7 +89,7 @@ func (v *VF) Run(ctx context.Context, sc VFScenario) error {
 		err = v.Service(ctx, away, v.cfg.Order)
 	case VFSurprise:
 		if err = v.Remove(ctx, true); err == nil {
-			if err = sleepCtx(ctx, away); err == nil {
+			if err = sleepCtx(ctx, v.cfg.Clock, away); err == nil {
 				err = v.Add(ctx, v.cfg.Order)
 			}
 		}
@@ -99,7 +99,7 @@ func (v *VF) Run(ctx context.Context, sc VFScenario) error {
 		err = v.Flap(ctx, FlapCycles, away/FlapCycles)
 	case VFRecovery:
 		if err = v.SetLink(ctx, false); err == nil {
-			if err = sleepCtx(ctx, away); err == nil {
+			if err = sleepCtx(ctx, v.cfg.Clock, away); err == nil {
 				err = v.SetLink(ctx, true)
 			}
 		}
@@ -126,7 +126,7 @@ func (v *VF) service(ctx context.Context, away time.Duration, order VFOrder, pro
 	if err := v.Remove(ctx, false); err != nil {
 		return err
 	}
-	if err := sleepCtx(ctx, away); err != nil {
+	if err := sleepCtx(ctx, v.cfg.Clock, away); err != nil {
 		return err
 	}
 	return v.add(ctx, order, probe)

@@ -2,10 +2,10 @@ package wire_test
 
 import (
 	"bytes"
-	"encoding/hex"
 	"testing"
 
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -15,12 +15,10 @@ func TestConnectRequestGolden(t *testing.T) {
 		Service:  wire.ServiceID(2761),
 	}
 	b := req.Marshal()
-	want, _ := hex.DecodeString("15000000" + "00000000" +
-		"78563412cbfae611bd5864006a7986d3" + // 12345678-facb-11e6-bd58-64006a7986d3, mixed-endian
-		"c90a0000cbfae611bd5864006a7986d3") // 00000ac9-facb-...
-	if !bytes.Equal(b, want) {
-		t.Fatalf("request\n% x\nwant\n% x", b, want)
-	}
+	const want = "15000000 00000000 " +
+		"78563412cbfae611bd5864006a7986d3 " + // 12345678-facb-11e6-bd58-64006a7986d3, mixed-endian
+		"c90a0000cbfae611bd5864006a7986d3" // 00000ac9-facb-...
+	wiretest.Golden(t, "request", b, want)
 	got, err := wire.ParseConnectRequest(b)
 	if err != nil || got != req {
 		t.Fatalf("parse: %+v, %v", got, err)
@@ -28,10 +26,9 @@ func TestConnectRequestGolden(t *testing.T) {
 	v2 := req
 	v2.V2, v2.Silo = true, vmbus.MustParseGUID("11111111-2222-3333-4444-555555555555")
 	b2 := v2.Marshal()
-	want2 := append(bytes.Clone(want), []byte{0x11, 0x11, 0x11, 0x11, 0x22, 0x22, 0x33, 0x33,
-		0x44, 0x44, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55}...)
-	if !bytes.Equal(b2, want2) || len(b2) != wire.ConnectRequestV2Len {
-		t.Fatalf("v2 request\n% x\nwant\n% x", b2, want2)
+	wiretest.Golden(t, "v2 request", b2, want+" 11111111 2222 3333 4444 555555555555")
+	if len(b2) != wire.ConnectRequestV2Len {
+		t.Fatalf("v2 request of %d bytes, want ConnectRequestV2Len %d", len(b2), wire.ConnectRequestV2Len)
 	}
 	if got, err := wire.ParseConnectRequest(b2); err != nil || got != v2 {
 		t.Fatalf("parse v2: %+v, %v", got, err)
@@ -59,13 +56,10 @@ func TestParseConnectRequestRejects(t *testing.T) {
 func TestConnectResultGolden(t *testing.T) {
 	res := wire.ConnectResult{Endpoint: wire.ServiceID(5), Service: wire.ServiceID(6), Status: wire.StatusConnectionRefused}
 	b := res.Marshal()
-	want, _ := hex.DecodeString("17000000" + "00000000" +
-		"05000000cbfae611bd5864006a7986d3" +
-		"06000000cbfae611bd5864006a7986d3" +
+	wiretest.Golden(t, "result", b, "17000000 00000000 "+
+		"05000000cbfae611bd5864006a7986d3 "+
+		"06000000cbfae611bd5864006a7986d3 "+
 		"360200c0") // 0xC0000236, STATUS_CONNECTION_REFUSED
-	if !bytes.Equal(b, want) {
-		t.Fatalf("result\n% x\nwant\n% x", b, want)
-	}
 	if got, err := wire.ParseConnectResult(b); err != nil || got != res {
 		t.Fatalf("parse: %+v, %v", got, err)
 	}

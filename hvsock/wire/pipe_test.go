@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/vmbusd/vmbusd/internal/testutil"
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -81,9 +83,7 @@ func TestPipeHeaderGolden(t *testing.T) {
 	} {
 		var b [PipeHeaderSize]byte
 		PutPipeHeader(b[:], tc.n)
-		if got := hex.EncodeToString(b[:]); got != tc.want {
-			t.Errorf("PutPipeHeader(%d) = %s, want %s", tc.n, got, tc.want)
-		}
+		wiretest.Golden(t, fmt.Sprintf("PutPipeHeader(%d)", tc.n), b[:], tc.want)
 	}
 }
 
@@ -194,9 +194,7 @@ func TestPacketsOnTheRingGolden(t *testing.T) {
 			t.Fatalf("%q took %d ring bytes, want PacketLen %d", tc.msg, got, PacketLen(len(tc.msg)))
 		}
 		out.Commit()
-		if got := hex.EncodeToString(data[at : at+PacketLen(len(tc.msg))]); got != tc.ring {
-			t.Fatalf("%q on the ring:\n%s\nwant\n%s", tc.msg, got, tc.ring)
-		}
+		wiretest.Golden(t, fmt.Sprintf("%q on the ring", tc.msg), data[at:at+PacketLen(len(tc.msg))], tc.ring)
 		at += PacketLen(len(tc.msg))
 		buf := make([]byte, MaxPacketBody)
 		p, err := in.Read(buf)

@@ -739,7 +739,7 @@ loop:
 	r.setNIC(nil) // peers stop sending into it...
 	stopData()
 	r.inUse.Lock() // ...and are waited for
-	quiesce(nic)
+	quiesce(nic, r.d.clk)
 	r.closeNIC(nic)
 	r.inUse.Unlock()
 	return failure
@@ -747,23 +747,32 @@ loop:
 
 // quiesce lets the host complete the sends in flight on every queue,
 // draining completions (and dropping what arrives meanwhile), for up to
-// quiesceWait. Close halts RNDIS on the primary channel; a send still in
+// quiesceWait on clk. Close halts RNDIS on the primary channel; a send still in
 // flight on a sub-channel would reach the host after the HALT, which the
 // host counts as a violation (Linux's rndis_filter_halt_device waits for
 // its sends the same way). Nothing may be sending into the NIC.
-func quiesce(nic *netvsc.NIC) {
+func quiesce(nic *netvsc.NIC, clk clock.Clock) {
 	if nic.Err() != nil {
 		return // dead: nothing will complete
 	}
-	deadline := time.Now().Add(quiesceWait)
+	end := clk.NewTimer(quiesceWait)
+	defer end.Stop()
 	pkts := make([]*frame.Packet, 64)
 	for _, q := range nic.Queues() {
-		for q.Channel().InFlight() > 0 && time.Now().Before(deadline) && nic.Err() == nil {
+		for q.Channel().InFlight() > 0 && nic.Err() == nil {
+			select {
+			case <-end.C():
+				return
+			default:
+			}
 			n := q.RxBurst(pkts)
 			for _, p := range pkts[:n] {
 				p.Free()
 			}
 			if n == 0 {
+				// The pause between two looks at the ring, not a
+				// timeout: it stays on real time so that a fake clock
+				// bounds the wait without slowing the polling.
 				time.Sleep(100 * time.Microsecond)
 			}
 		}
@@ -771,6 +780,11 @@ func quiesce(nic *netvsc.NIC) {
 }
 
 const quiesceWait = time.Second
+
+// peerRecheck is how often a forwarder whose peer is down looks for it
+// again unprompted: a safety net, since the peer's and the NIC set's
+// change notices are what normally end its wait.
+const peerRecheck = time.Second
 
 // closeNIC closes an incarnation and folds its counters into the base.
 // They are read after Close, which moves the data path to synthetic and
@@ -815,13 +829,17 @@ func (r *nicRunner) forward(ctx context.Context, nic *netvsc.NIC) {
 			continue
 		}
 		if peer == nil {
+			// A ticker: one-shot waits on the daemon's clock are the
+			// supervisor's (backoff, probes), which tests find by duration.
+			t := r.d.clk.NewTicker(peerRecheck)
 			select {
 			case <-changed:
 			case <-peersChanged:
 			case <-ctx.Done():
 			case <-nic.Done():
-			case <-time.After(time.Second):
+			case <-t.C():
 			}
+			t.Stop()
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)

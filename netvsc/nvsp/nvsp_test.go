@@ -2,24 +2,17 @@ package nvsp
 
 import (
 	"bytes"
-	"flag"
-	"fmt"
 	"os"
-	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
-// kindsSeen records every kind a test provoked through wantKind.
-var kindsSeen sync.Map
-
-// ownKinds are the kinds this package returns; TestMain checks, after a full
-// run, that a test of this package provokes each of them (the house rule: "a
-// test for each kind").
-var ownKinds = []protoerr.Kind{
+// kinds are the kinds this package returns; TestMain checks, after a
+// full run, that a test of this package provokes each of them.
+var kinds = wiretest.NewKinds(
 	protoerr.KindShort,
 	protoerr.KindType,
 	protoerr.KindSectionCount,
@@ -29,75 +22,15 @@ var ownKinds = []protoerr.Kind{
 	protoerr.KindSectionIndex,
 	protoerr.KindTableCount,
 	protoerr.KindTableOffset,
-}
+)
 
-// TestMain runs the tests and then the ownKinds check.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	full := flag.Lookup("test.run").Value.String() == "" && flag.Lookup("test.fuzz").Value.String() == ""
-	if code == 0 && full {
-		for _, k := range ownKinds {
-			if _, ok := kindsSeen.Load(k); !ok {
-				fmt.Fprintf(os.Stderr, "no test provokes kind %q\n", k)
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
-
-// wantKind fails unless err is a *protoerr.Error of kind k.
-func wantKind(t *testing.T, err error, k protoerr.Kind) {
-	t.Helper()
-	kindsSeen.Store(k, true)
-	pe, ok := protoerr.As(err)
-	if !ok {
-		t.Fatalf("got error %v, want a *protoerr.Error of kind %q", err, k)
-	}
-	if pe.Kind != k {
-		t.Fatalf("got kind %q (%v), want %q", pe.Kind, err, k)
-	}
-	if !strings.HasPrefix(err.Error(), "netvsc: ") {
-		t.Fatalf("error %q lacks the package prefix", err)
-	}
-}
-
-// hexBytes parses space-separated hex bytes, for golden layouts written as
-// one u32 (4 bytes) per group.
-func hexBytes(t testing.TB, s string) []byte {
-	t.Helper()
-	var out []byte
-	for _, f := range strings.Fields(s) {
-		if len(f)%2 != 0 {
-			t.Fatalf("odd hex group %q", f)
-		}
-		for i := 0; i < len(f); i += 2 {
-			var v byte
-			for _, c := range f[i : i+2] {
-				v <<= 4
-				switch {
-				case c >= '0' && c <= '9':
-					v |= byte(c - '0')
-				case c >= 'a' && c <= 'f':
-					v |= byte(c - 'a' + 10)
-				default:
-					t.Fatalf("bad hex %q", f)
-				}
-			}
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-type marshaler interface{ Marshal([]byte) []byte }
-type unmarshaler interface{ Unmarshal([]byte) error }
+func TestMain(m *testing.M) { os.Exit(kinds.Run(m)) }
 
 // nvspCases is one value of every NVSP message, with a fresh decoder for it.
 func nvspCases() []struct {
 	name string
-	in   marshaler
-	out  unmarshaler
+	in   wiretest.Marshaler
+	out  wiretest.Unmarshaler
 	typ  Type
 	size int
 } {
@@ -108,8 +41,8 @@ func nvspCases() []struct {
 	tab.Offset = 12
 	return []struct {
 		name string
-		in   marshaler
-		out  unmarshaler
+		in   wiretest.Marshaler
+		out  wiretest.Unmarshaler
 		typ  Type
 		size int
 	}{
@@ -137,12 +70,7 @@ func nvspCases() []struct {
 func TestNVSPRoundTripEveryMessage(t *testing.T) {
 	for _, c := range nvspCases() {
 		t.Run(c.name, func(t *testing.T) {
-			prefix := []byte{0xee}
-			b := c.in.Marshal(prefix)
-			if !bytes.Equal(b[:1], prefix) {
-				t.Fatal("Marshal clobbered dst")
-			}
-			b = b[1:]
+			b := wiretest.Append(t, c.in)
 			if len(b) != c.size {
 				t.Fatalf("Marshal emitted %d bytes, want %d", len(b), c.size)
 			}
@@ -150,13 +78,7 @@ func TestNVSPRoundTripEveryMessage(t *testing.T) {
 			if err != nil || typ != c.typ {
 				t.Fatalf("MessageType = %v, %v; want %v", typ, err, c.typ)
 			}
-			if err := c.out.Unmarshal(b); err != nil {
-				t.Fatalf("Unmarshal: %v", err)
-			}
-			got := reflect.ValueOf(c.out).Elem().Interface()
-			if !reflect.DeepEqual(got, c.in) {
-				t.Fatalf("round trip: got %+v, want %+v", got, c.in)
-			}
+			wiretest.DecodesTo(t, b, c.out, c.in, nil)
 		})
 	}
 }
@@ -166,7 +88,7 @@ func TestNVSPDecodersRejectShortAndWrongType(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.in.Marshal(nil)
 			// Truncated to 3 bytes (no type), then to just below the fields.
-			wantKind(t, c.out.Unmarshal(b[:3]), protoerr.KindShort)
+			kinds.Want(t, c.out.Unmarshal(b[:3]), protoerr.KindShort)
 			need := map[Type]int{
 				TypeInit: 12, TypeInitComplete: 16, TypeSendNDISVer: 12,
 				TypeSendNDISConfig: 20, TypeSendRecvBuf: 10,
@@ -177,7 +99,7 @@ func TestNVSPDecodersRejectShortAndWrongType(t *testing.T) {
 				TypeSwitchDataPath: 8, TypeSubchannel: 12,
 				TypeSendIndirectionTable: 12,
 			}[c.typ]
-			wantKind(t, c.out.Unmarshal(b[:need-1]), protoerr.KindShort)
+			kinds.Want(t, c.out.Unmarshal(b[:need-1]), protoerr.KindShort)
 			// Exactly the field extent decodes (28-byte and 8-byte senders).
 			if c.typ != TypeSendIndirectionTable {
 				if err := c.out.Unmarshal(b[:need]); err != nil {
@@ -186,11 +108,11 @@ func TestNVSPDecodersRejectShortAndWrongType(t *testing.T) {
 			}
 			bad := bytes.Clone(b)
 			le.PutUint32(bad, uint32(c.typ)+1000)
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindType)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindType)
 		})
 	}
 	_, err := MessageType([]byte{1, 0})
-	wantKind(t, err, protoerr.KindShort)
+	kinds.Want(t, err, protoerr.KindShort)
 }
 
 func TestNVSPGoldenLayouts(t *testing.T) {
@@ -229,9 +151,7 @@ func TestNVSPGoldenLayouts(t *testing.T) {
 			"86000000 10000000 0c000000 " + strings.Repeat("00000000 01000000 02000000 03000000 ", 4)},
 	}
 	for _, c := range cases {
-		if want := hexBytes(t, c.want); !bytes.Equal(c.got, want) {
-			t.Errorf("%s:\n got % x\nwant % x", c.name, c.got, want)
-		}
+		wiretest.Golden(t, c.name, c.got, c.want)
 	}
 }
 
@@ -303,7 +223,7 @@ func TestRecvBufCompleteValidate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := good
 			c.mut(&m)
-			wantKind(t, m.Validate(c.bufLen), c.kind)
+			kinds.Want(t, m.Validate(c.bufLen), c.kind)
 		})
 	}
 }
@@ -327,7 +247,7 @@ func TestSendBufCompleteSectionCount(t *testing.T) {
 	} {
 		m := SendBufComplete{StatusSuccess, c.size}
 		_, err := m.SectionCount(c.bufLen)
-		wantKind(t, err, c.kind)
+		kinds.Want(t, err, c.kind)
 	}
 }
 
@@ -351,7 +271,7 @@ func TestRNDISPacketSection(t *testing.T) {
 		{RNDISPacket{RMCData, 1, 0}, protoerr.KindSectionSize},
 	} {
 		_, _, _, err := c.m.Section(6144, 10)
-		wantKind(t, err, c.kind)
+		kinds.Want(t, err, c.kind)
 	}
 }
 
@@ -390,13 +310,13 @@ func TestIndirectionTableOffsets(t *testing.T) {
 
 	bad := bytes.Clone(b)
 	le.PutUint32(bad[4:], 8)
-	wantKind(t, got.Unmarshal(bad), protoerr.KindTableCount)
+	kinds.Want(t, got.Unmarshal(bad), protoerr.KindTableCount)
 	bad = bytes.Clone(b)
 	le.PutUint32(bad[8:], 13)
-	wantKind(t, got.Unmarshal(bad), protoerr.KindTableOffset)
+	kinds.Want(t, got.Unmarshal(bad), protoerr.KindTableOffset)
 	le.PutUint32(bad[8:], 0xfffffff0)
-	wantKind(t, got.Unmarshal(bad), protoerr.KindTableOffset)
-	wantKind(t, got.Unmarshal(b[:40]), protoerr.KindTableOffset)
+	kinds.Want(t, got.Unmarshal(bad), protoerr.KindTableOffset)
+	kinds.Want(t, got.Unmarshal(b[:40]), protoerr.KindTableOffset)
 }
 
 func TestNVSPTypeAllowedFollowsOpenvmmGating(t *testing.T) {

@@ -5,37 +5,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/vmbusd/vmbusd/netvsc/protoerr"
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 )
-
-// mustBeProtocolError fails unless err is a *protoerr.Error with a listed
-// kind: decoders report nothing else.
-func mustBeProtocolError(t *testing.T, err error) {
-	t.Helper()
-	pe, ok := protoerr.As(err)
-	if !ok || !pe.Kind.Valid() {
-		t.Fatalf("decoder returned %v (%T), want a *protoerr.Error with a listed kind", err, err)
-	}
-	_ = err.Error()
-}
-
-// roundTrip re-encodes a decoded value and decodes it again; the result
-// must equal the first decode (after norm, when given).
-func roundTrip(t *testing.T, name string, got unmarshaler, norm func(any) any) {
-	t.Helper()
-	b := got.(marshaler).Marshal(nil) // *T has T's value-receiver Marshal
-	again := reflect.New(reflect.TypeOf(got).Elem()).Interface().(unmarshaler)
-	if err := again.Unmarshal(b); err != nil {
-		t.Fatalf("%s: re-decoding its own encoding: %v\n% x", name, err, b)
-	}
-	a, c := reflect.ValueOf(got).Elem().Interface(), reflect.ValueOf(again).Elem().Interface()
-	if norm != nil {
-		a, c = norm(a), norm(c)
-	}
-	if !reflect.DeepEqual(a, c) {
-		t.Fatalf("%s: round trip\n got %+v\nwant %+v", name, c, a)
-	}
-}
 
 // FuzzRNDISPacket decodes arbitrary bytes as a PACKET_MSG and walks all of
 // its per-packet info. A packet that decodes re-encodes, with the info
@@ -59,7 +30,7 @@ func FuzzRNDISPacket(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParsePacket(data)
 		if err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 			return
 		}
 		if int(p.MessageLength) > len(data) || p.MessageLength < PacketHeaderSize {
@@ -74,14 +45,14 @@ func FuzzRNDISPacket(f *testing.F) {
 			t.Fatal("PPI area outside the message")
 		}
 		if err := p.Unsupported(); err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 		}
 		it := p.PPIs()
 		walked := 0
 		for e, ok := it.Next(); ok; e, ok = it.Next() {
 			walked += PPIHeaderSize + len(e.Data)
 			if _, err := e.Uint32(); err != nil {
-				mustBeProtocolError(t, err)
+				wiretest.ProtocolError(t, err)
 			}
 		}
 		if walked > len(p.PPI) {
@@ -89,7 +60,7 @@ func FuzzRNDISPacket(f *testing.F) {
 		}
 		got, err := p.Info()
 		if err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 			return
 		}
 		if it.Err() != nil {
@@ -110,23 +81,23 @@ func FuzzRNDISPacket(f *testing.F) {
 	})
 }
 
-func rndisControlDecoders() []unmarshaler {
-	return []unmarshaler{
+func rndisControlDecoders() []wiretest.Unmarshaler {
+	return []wiretest.Unmarshaler{
 		&Initialize{}, &InitializeComplete{}, &Halt{}, &Query{},
 		&QueryComplete{}, &Set{}, &SetComplete{}, &Reset{},
 		&ResetComplete{}, &Keepalive{}, &KeepaliveComplete{}, &IndicateStatus{},
 	}
 }
 
-func ndisObjectDecoders() []unmarshaler {
-	return []unmarshaler{&OffloadParameters{}, &Offload{}, &RSSCapabilities{}, &RSSParameters{}}
+func ndisObjectDecoders() []wiretest.Unmarshaler {
+	return []wiretest.Unmarshaler{&OffloadParameters{}, &Offload{}, &RSSCapabilities{}, &RSSParameters{}}
 }
 
 // fuzzNDISObjects runs every NDIS object decoder over b.
 func fuzzNDISObjects(t *testing.T, b []byte) {
 	for _, d := range ndisObjectDecoders() {
 		if err := d.Unmarshal(b); err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 			continue
 		}
 		var norm func(any) any
@@ -140,17 +111,17 @@ func fuzzNDISObjects(t *testing.T, b []byte) {
 			}
 			p := d.(*RSSParameters)
 			if err := p.Validate(8); err != nil {
-				mustBeProtocolError(t, err)
+				wiretest.ProtocolError(t, err)
 			}
 			_ = p.Lookup(0x12345678)
 		}
-		roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, norm)
+		wiretest.RoundTrip(t, reflect.TypeOf(d).Elem().Name(), d, norm)
 	}
 	if _, err := ParseInfoUint32(b); err != nil {
-		mustBeProtocolError(t, err)
+		wiretest.ProtocolError(t, err)
 	}
 	if _, err := ParseInfoMAC(b); err != nil {
-		mustBeProtocolError(t, err)
+		wiretest.ProtocolError(t, err)
 	}
 }
 
@@ -158,7 +129,7 @@ func fuzzNDISObjects(t *testing.T, b []byte) {
 // and the info buffers that decode to every NDIS object decoder.
 func FuzzRNDISControl(f *testing.F) {
 	for _, c := range rndisControlCases() {
-		f.Add(c.in.Marshal(nil))
+		wiretest.Seed(f, c.in.Marshal(nil))
 	}
 	key := MicrosoftRSSKey()
 	table := make([]uint32, 128)
@@ -168,22 +139,22 @@ func FuzzRNDISControl(f *testing.F) {
 	f.Add(QueryComplete{4, 0, RSSCapabilities{NumReceiveQueues: 4}.Marshal(nil)}.Marshal(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if _, n, err := ParseHeader(data); err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 		} else if n < HeaderSize || n > len(data) {
 			t.Fatalf("message length %d of %d bytes", n, len(data))
 		}
 		if _, err := MessageType(data); err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 		}
 		if _, _, err := CompletionRequestID(data); err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 		}
 		for _, d := range rndisControlDecoders() {
 			if err := d.Unmarshal(data); err != nil {
-				mustBeProtocolError(t, err)
+				wiretest.ProtocolError(t, err)
 				continue
 			}
-			roundTrip(t, reflect.TypeOf(d).Elem().Name(), d, normalize)
+			wiretest.RoundTrip(t, reflect.TypeOf(d).Elem().Name(), d, normalize)
 			switch m := d.(type) {
 			case *Query:
 				fuzzNDISObjects(t, m.Info)
@@ -223,11 +194,11 @@ func FuzzPPI(f *testing.F) {
 			}
 		}
 		if err := it.Err(); err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 		}
 		pi, err := ParsePacketInfo(area)
 		if err != nil {
-			mustBeProtocolError(t, err)
+			wiretest.ProtocolError(t, err)
 			return
 		}
 		again, err := ParsePacketInfo(pi.AppendPPIs(nil))

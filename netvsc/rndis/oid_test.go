@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
@@ -22,16 +23,10 @@ func TestOffloadParametersGoldenLayouts(t *testing.T) {
 	got := p.Marshal(nil)
 	// header; ip4, tcp4, udp4, tcp6 csum; udp6, lsov1, ipsecv1, lsov2_ip4;
 	// lsov2_ip6, tcp_conn x2, pad; flags @16; ipsecv2 x2, rsc_ip4 @22, rsc_ip6; encap
-	want := hexBytes(t, "80031c00 01040404 04000002 02000000 00000000 00000101 00000000")
-	if !bytes.Equal(got, want) {
-		t.Fatalf("rev 3:\n got % x\nwant % x", got, want)
-	}
+	wiretest.Golden(t, "rev 3", got, "80031c00 01040404 04000002 02000000 00000000 00000101 00000000")
 	p.Header = OffloadParametersHeader(nvsp.Version4)
 	got = p.Marshal(nil)
-	want = hexBytes(t, "80021600 01040404 04000002 02000000 00000000 0000")
-	if !bytes.Equal(got, want) {
-		t.Fatalf("rev 2:\n got % x\nwant % x", got, want)
-	}
+	wiretest.Golden(t, "rev 2", got, "80021600 01040404 04000002 02000000 00000000 0000")
 	var back OffloadParameters
 	if err := back.Unmarshal(got); err != nil {
 		t.Fatal(err)
@@ -114,10 +109,7 @@ func TestRSSCapabilitiesGoldenLayout(t *testing.T) {
 		NumInterruptMessages: 1, NumReceiveQueues: 8, NumIndirectionEntries: 128,
 	}
 	got := c.Marshal(nil)
-	want := hexBytes(t, "88021200 01030000 01000000 08000000 8000")
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got % x\nwant % x", got, want)
-	}
+	wiretest.Golden(t, "RSS capabilities", got, "88021200 01030000 01000000 08000000 8000")
 	var back RSSCapabilities
 	if err := back.Unmarshal(got); err != nil {
 		t.Fatal(err)
@@ -148,7 +140,7 @@ func TestRSSParametersGoldenLayout(t *testing.T) {
 	if RSSParametersSize != 592 || len(b) != 592 || p.Size() != 592 {
 		t.Fatalf("size %d", len(b))
 	}
-	want := hexBytes(t, ""+
+	wiretest.Golden(t, "fixed part", b[:40], ""+
 		"89022800 "+ // type 0x89, revision 2, size 40
 		"00000000 "+ // flags, base cpu
 		"01170000 "+ // hash info @8
@@ -157,9 +149,6 @@ func TestRSSParametersGoldenLayout(t *testing.T) {
 		"28000000 "+ // key size 40 @20
 		"28020000 "+ // key offset 552 @24
 		"00000000 00000000 00000000") // processor masks
-	if !bytes.Equal(b[:40], want) {
-		t.Fatalf("fixed part:\n got % x\nwant % x", b[:40], want)
-	}
 	if le.Uint32(b[40+4*5:]) != 1 || !bytes.Equal(b[552:], key[:]) {
 		t.Fatal("table or key misplaced")
 	}
@@ -212,7 +201,7 @@ func TestRSSParametersValidate(t *testing.T) {
 	for _, c := range cases {
 		p := good
 		c.mut(&p)
-		wantKind(t, p.Validate(c.queues), c.kind)
+		kinds.Want(t, p.Validate(c.queues), c.kind)
 	}
 }
 
@@ -222,7 +211,7 @@ func TestNDISObjectDecodersRejectMalformedHeaders(t *testing.T) {
 		name string
 		b    []byte
 		min  int
-		out  unmarshaler
+		out  wiretest.Unmarshaler
 	}{
 		{"offload parameters", OffloadParameters{}.Marshal(nil), 20, &OffloadParameters{}},
 		{"offload", Offload{}.Marshal(nil), 112, &Offload{}},
@@ -234,18 +223,18 @@ func TestNDISObjectDecodersRejectMalformedHeaders(t *testing.T) {
 			if err := c.out.Unmarshal(c.b); err != nil {
 				t.Fatal(err)
 			}
-			wantKind(t, c.out.Unmarshal(c.b[:3]), protoerr.KindShort)
+			kinds.Want(t, c.out.Unmarshal(c.b[:3]), protoerr.KindShort)
 			bad := bytes.Clone(c.b)
 			bad[0] ^= 0x01
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
 			bad = bytes.Clone(c.b)
 			bad[1] = 0
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
 			bad = bytes.Clone(c.b)
 			le.PutUint16(bad[2:], uint16(c.min-1))
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindNDISObject)
 			le.PutUint16(bad[2:], 0xffff)
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindShort)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindShort)
 		})
 	}
 }
@@ -276,7 +265,7 @@ func TestRSSParametersDecoderChecksTableAndKey(t *testing.T) {
 		{"key past buffer", mut(24, 49, false), protoerr.KindRSSKey},
 		{"key offset huge", mut(24, 0xffffffff, false), protoerr.KindRSSKey},
 	} {
-		t.Run(c.name, func(t *testing.T) { wantKind(t, p.Unmarshal(c.b), c.kind) })
+		t.Run(c.name, func(t *testing.T) { kinds.Want(t, p.Unmarshal(c.b), c.kind) })
 	}
 	// Empty table and key (a disable with *_UNCHANGED flags) decode.
 	b := mut(12, 0, true)
@@ -304,7 +293,7 @@ func TestNDISObjectHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ParseNDISObjectHeader(b[:2])
-	wantKind(t, err, protoerr.KindShort)
+	kinds.Want(t, err, protoerr.KindShort)
 }
 
 // The Microsoft "Verifying the RSS Hash Calculation" vectors.
@@ -432,13 +421,13 @@ func TestLinkSpeedAndInfoHelpers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ParseInfoUint32([]byte{1, 2, 3})
-	wantKind(t, err, protoerr.KindShort)
+	kinds.Want(t, err, protoerr.KindShort)
 	mac, err := ParseInfoMAC([]byte{0x00, 0x0d, 0x3a, 0x31, 0xb5, 0x38})
 	if err != nil || mac != [6]byte{0x00, 0x0d, 0x3a, 0x31, 0xb5, 0x38} {
 		t.Fatal(err)
 	}
 	_, err = ParseInfoMAC([]byte{1, 2, 3, 4, 5})
-	wantKind(t, err, protoerr.KindShort)
+	kinds.Want(t, err, protoerr.KindShort)
 	if NDISPacketFilterDefault != 0x0d {
 		t.Fatal("default filter")
 	}

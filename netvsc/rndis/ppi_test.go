@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
@@ -71,16 +72,10 @@ func TestPktInfoIDLayout(t *testing.T) {
 
 func TestPPIGoldenElements(t *testing.T) {
 	got := AppendPPIUint32(nil, PPINBLHashValue, 0x01020304)
-	want := hexBytes(t, "10000000 08000000 0c000000 04030201")
-	if !bytes.Equal(got, want) {
-		t.Fatalf("u32 element % x", got)
-	}
+	wiretest.Golden(t, "u32 element", got, "10000000 08000000 0c000000 04030201")
 	// Arbitrary data is padded to a multiple of 4.
 	got = AppendPPI(nil, PPIOriginalPktInfo, []byte{9, 8, 7, 6, 5})
-	want = hexBytes(t, "14000000 07000000 0c000000 09080706 05000000")
-	if !bytes.Equal(got, want) {
-		t.Fatalf("padded element % x", got)
-	}
+	wiretest.Golden(t, "padded element", got, "14000000 07000000 0c000000 09080706 05000000")
 	got = AppendPPIUint32(nil, PPIPktInfoID, 0)
 	if !bytes.Equal(got[4:8], []byte{1, 0, 0, 0x80}) {
 		t.Fatalf("internal bit: % x", got[4:8])
@@ -93,9 +88,9 @@ func TestPPIWalkSkipsUnknownAndKeepsLast(t *testing.T) {
 	area = AppendPPIUint32(area, PPIIEEE8021Q, uint32(NewVLANInfo(0, false, 1)))
 	area = AppendPPIUint32(area, PPIIEEE8021Q, uint32(NewVLANInfo(0, false, 2)))
 	// An element whose data does not start right after its header.
-	area = append(area, hexBytes(t, "18000000 08000000 14000000 ffffffff ffffffff 44332211")...)
+	area = append(area, wiretest.Hex(t, "18000000 08000000 14000000 ffffffff ffffffff 44332211")...)
 	// A zero-length element (offset == size) of an unknown type.
-	area = append(area, hexBytes(t, "0c000000 63000000 0c000000")...)
+	area = append(area, wiretest.Hex(t, "0c000000 63000000 0c000000")...)
 
 	it := NewPPIIter(area)
 	var types []PPIType
@@ -127,26 +122,26 @@ func TestPPIWalkerRejectsEachViolation(t *testing.T) {
 	}{
 		{"partial header", good[:11], protoerr.KindPPISize},
 		{"trailing bytes", append(bytes.Clone(good), 0, 0, 0, 0), protoerr.KindPPISize},
-		{"size zero", hexBytes(t, "00000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
-		{"size below header", hexBytes(t, "08000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
-		{"size unaligned", hexBytes(t, "0e000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
-		{"size past area", hexBytes(t, "14000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
-		{"size huge", hexBytes(t, "fcffffff 00000000 0c000000 00000000"), protoerr.KindPPISize},
-		{"offset inside header", hexBytes(t, "10000000 00000000 08000000 00000000"), protoerr.KindPPIOffset},
-		{"offset past element", hexBytes(t, "10000000 00000000 14000000 00000000"), protoerr.KindPPIOffset},
-		{"offset huge", hexBytes(t, "10000000 00000000 ffffffff 00000000"), protoerr.KindPPIOffset},
+		{"size zero", wiretest.Hex(t, "00000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size below header", wiretest.Hex(t, "08000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size unaligned", wiretest.Hex(t, "0e000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size past area", wiretest.Hex(t, "14000000 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"size huge", wiretest.Hex(t, "fcffffff 00000000 0c000000 00000000"), protoerr.KindPPISize},
+		{"offset inside header", wiretest.Hex(t, "10000000 00000000 08000000 00000000"), protoerr.KindPPIOffset},
+		{"offset past element", wiretest.Hex(t, "10000000 00000000 14000000 00000000"), protoerr.KindPPIOffset},
+		{"offset huge", wiretest.Hex(t, "10000000 00000000 ffffffff 00000000"), protoerr.KindPPIOffset},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			it := NewPPIIter(c.area)
 			for _, ok := it.Next(); ok; _, ok = it.Next() {
 			}
-			wantKind(t, it.Err(), c.kind)
+			kinds.Want(t, it.Err(), c.kind)
 			if _, ok := it.Next(); ok {
 				t.Fatal("iterator continued after an error")
 			}
 			_, err := ParsePacketInfo(c.area)
-			wantKind(t, err, c.kind)
+			kinds.Want(t, err, c.kind)
 		})
 	}
 }
@@ -155,14 +150,14 @@ func TestPacketInfoRejectsShortKnownData(t *testing.T) {
 	for _, typ := range []PPIType{PPITCPIPChecksum, PPITCPLargeSend, PPIIEEE8021Q, PPINBLHashValue, PPINBLHashInfo, PPIPktInfoID} {
 		area := AppendPPI(nil, typ, nil) // 12-byte element, no data
 		_, err := ParsePacketInfo(area)
-		wantKind(t, err, protoerr.KindPPIData)
+		kinds.Want(t, err, protoerr.KindPPIData)
 	}
 	// Unknown types may be empty.
 	if _, err := ParsePacketInfo(AppendPPI(nil, PPISGList, nil)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := PPI{Type: PPINBLHashValue, Data: []byte{1, 2}}.Uint32()
-	wantKind(t, err, protoerr.KindPPIData)
+	kinds.Want(t, err, protoerr.KindPPIData)
 }
 
 func TestPacketInfoEncodingOrderAndLength(t *testing.T) {

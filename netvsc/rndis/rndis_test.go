@@ -6,21 +6,22 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/vmbusd/vmbusd/internal/wiretest"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 )
 
 func rndisControlCases() []struct {
 	name string
-	in   marshaler
-	out  unmarshaler
+	in   wiretest.Marshaler
+	out  wiretest.Unmarshaler
 	typ  Type
 	size int
 } {
 	return []struct {
 		name string
-		in   marshaler
-		out  unmarshaler
+		in   wiretest.Marshaler
+		out  wiretest.Unmarshaler
 		typ  Type
 		size int
 	}{
@@ -58,7 +59,7 @@ func normalize(v any) any {
 func TestRNDISControlRoundTripEveryMessage(t *testing.T) {
 	for _, c := range rndisControlCases() {
 		t.Run(c.name, func(t *testing.T) {
-			b := c.in.Marshal([]byte{0xee})[1:]
+			b := wiretest.Append(t, c.in)
 			typ, n, err := ParseHeader(b)
 			if err != nil || typ != c.typ || n != c.size || len(b) != c.size {
 				t.Fatalf("header = %v, %d, %v (len %d); want %v, %d", typ, n, err, len(b), c.typ, c.size)
@@ -67,14 +68,7 @@ func TestRNDISControlRoundTripEveryMessage(t *testing.T) {
 				t.Fatalf("MessageType = %v, %v", typ2, err)
 			}
 			// Trailing bytes past MessageLength (a sub-allocation) are ignored.
-			padded := append(bytes.Clone(b), 0xaa, 0xbb, 0xcc)
-			if err := c.out.Unmarshal(padded); err != nil {
-				t.Fatalf("Unmarshal: %v", err)
-			}
-			got := reflect.ValueOf(c.out).Elem().Interface()
-			if !reflect.DeepEqual(normalize(got), normalize(c.in)) {
-				t.Fatalf("round trip: got %+v, want %+v", got, c.in)
-			}
+			wiretest.DecodesTo(t, append(bytes.Clone(b), 0xaa, 0xbb, 0xcc), c.out, c.in, normalize)
 		})
 	}
 }
@@ -83,26 +77,26 @@ func TestRNDISControlDecodersRejectMalformedHeaders(t *testing.T) {
 	for _, c := range rndisControlCases() {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.in.Marshal(nil)
-			wantKind(t, c.out.Unmarshal(b[:7]), protoerr.KindShort)
+			kinds.Want(t, c.out.Unmarshal(b[:7]), protoerr.KindShort)
 			fixed := map[Type]int{
 				TypeInitialize: 24, TypeInitializeComplete: 52, TypeHalt: 12,
 				TypeQuery: 28, TypeSet: 28, TypeQueryComplete: 24, TypeSetComplete: 16,
 				TypeReset: 12, TypeResetComplete: 16, TypeKeepalive: 12,
 				TypeKeepaliveComplete: 16, TypeIndicateStatus: 20,
 			}[c.typ]
-			wantKind(t, c.out.Unmarshal(b[:fixed-1]), protoerr.KindShort)
+			kinds.Want(t, c.out.Unmarshal(b[:fixed-1]), protoerr.KindShort)
 
 			bad := bytes.Clone(b)
 			le.PutUint32(bad, uint32(c.typ)^0x40)
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindType)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindType)
 
 			bad = bytes.Clone(b)
 			le.PutUint32(bad[4:], uint32(fixed-1))
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindLength)
 			le.PutUint32(bad[4:], uint32(len(b)+1))
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindLength)
 			le.PutUint32(bad[4:], 0xffffffff)
-			wantKind(t, c.out.Unmarshal(bad), protoerr.KindLength)
+			kinds.Want(t, c.out.Unmarshal(bad), protoerr.KindLength)
 		})
 	}
 }
@@ -114,7 +108,7 @@ func TestRNDISInfoBufferChecks(t *testing.T) {
 		msg          []byte
 		lenAt, offAt int
 		minOff       uint32
-		out          unmarshaler
+		out          wiretest.Unmarshaler
 	}{
 		{"query", Query{1, OIDGenLinkSpeed, info, 0}.Marshal(nil), 16, 20, 20, &Query{}},
 		{"set", Set{1, OIDGenLinkSpeed, info, 0}.Marshal(nil), 16, 20, 20, &Set{}},
@@ -129,12 +123,12 @@ func TestRNDISInfoBufferChecks(t *testing.T) {
 				le.PutUint32(b[c.offAt:], offV)
 				return b
 			}
-			wantKind(t, c.out.Unmarshal(mut(8, c.minOff-4)), protoerr.KindOffset)
-			wantKind(t, c.out.Unmarshal(mut(8, 0)), protoerr.KindOffset)
-			wantKind(t, c.out.Unmarshal(mut(9, c.minOff)), protoerr.KindRange)
-			wantKind(t, c.out.Unmarshal(mut(8, c.minOff+4)), protoerr.KindRange)
-			wantKind(t, c.out.Unmarshal(mut(0xffffffff, c.minOff)), protoerr.KindRange)
-			wantKind(t, c.out.Unmarshal(mut(8, 0xfffffffc)), protoerr.KindRange)
+			kinds.Want(t, c.out.Unmarshal(mut(8, c.minOff-4)), protoerr.KindOffset)
+			kinds.Want(t, c.out.Unmarshal(mut(8, 0)), protoerr.KindOffset)
+			kinds.Want(t, c.out.Unmarshal(mut(9, c.minOff)), protoerr.KindRange)
+			kinds.Want(t, c.out.Unmarshal(mut(8, c.minOff+4)), protoerr.KindRange)
+			kinds.Want(t, c.out.Unmarshal(mut(0xffffffff, c.minOff)), protoerr.KindRange)
+			kinds.Want(t, c.out.Unmarshal(mut(8, 0xfffffffc)), protoerr.KindRange)
 			// A zero-length buffer ignores its offset.
 			if err := c.out.Unmarshal(mut(0, 0xdeadbeef)); err != nil {
 				t.Fatalf("empty buffer with junk offset: %v", err)
@@ -175,16 +169,14 @@ func TestRNDISControlGoldenLayouts(t *testing.T) {
 		{"KEEPALIVE_CMPLT", KeepaliveComplete{4, StatusSuccess}.Marshal(nil), "08000080 10000000 04000000 00000000"},
 	}
 	for _, c := range cases {
-		if want := hexBytes(t, c.want); !bytes.Equal(c.got, want) {
-			t.Errorf("%s:\n got % x\nwant % x", c.name, c.got, want)
-		}
+		wiretest.Golden(t, c.name, c.got, c.want)
 	}
 }
 
 func TestRNDISDecodeReadsInfoAtItsOffset(t *testing.T) {
 	// A host may put the data elsewhere than right after the header; the
 	// offset (relative to byte 8) decides.
-	b := hexBytes(t, "04000080 24000000 07000000 00000000 04000000 18000000 ffffffff ffffffff 0a0b0c0d")
+	b := wiretest.Hex(t, "04000080 24000000 07000000 00000000 04000000 18000000 ffffffff ffffffff 0a0b0c0d")
 	var m QueryComplete
 	if err := m.Unmarshal(b); err != nil {
 		t.Fatal(err)
@@ -210,17 +202,17 @@ func TestRNDISCompletionRequestID(t *testing.T) {
 		}
 	}
 	_, _, err := CompletionRequestID(ResetComplete{}.Marshal(nil))
-	wantKind(t, err, protoerr.KindType)
+	kinds.Want(t, err, protoerr.KindType)
 	_, _, err = CompletionRequestID(IndicateStatus{}.Marshal(nil))
-	wantKind(t, err, protoerr.KindType)
-	_, _, err = CompletionRequestID(hexBytes(t, "05000080 08000000"))
-	wantKind(t, err, protoerr.KindLength)
+	kinds.Want(t, err, protoerr.KindType)
+	_, _, err = CompletionRequestID(wiretest.Hex(t, "05000080 08000000"))
+	kinds.Want(t, err, protoerr.KindLength)
 	_, _, err = CompletionRequestID([]byte{1, 2})
-	wantKind(t, err, protoerr.KindShort)
-	_, _, err = ParseHeader(hexBytes(t, "01000000 04000000"))
-	wantKind(t, err, protoerr.KindLength)
+	kinds.Want(t, err, protoerr.KindShort)
+	_, _, err = ParseHeader(wiretest.Hex(t, "01000000 04000000"))
+	kinds.Want(t, err, protoerr.KindLength)
 	_, err = MessageType([]byte{1})
-	wantKind(t, err, protoerr.KindShort)
+	kinds.Want(t, err, protoerr.KindShort)
 }
 
 func TestInitializeCmpltPacketAlignment(t *testing.T) {
@@ -249,7 +241,7 @@ func TestRNDISPacketGoldenLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := hexBytes(t, ""+
+	wiretest.Golden(t, "PACKET_MSG", dst[:n], ""+
 		// type, MessageLength 80, DataOffset 36+32, DataLength 4, no OOB,
 		// PPI offset 36, PPI length 32, VcHandle, Reserved
 		"01000000 50000000 44000000 04000000 00000000 00000000 00000000 24000000 20000000 00000000 00000000 "+
@@ -258,9 +250,6 @@ func TestRNDISPacketGoldenLayout(t *testing.T) {
 		// 802.1Q PPI: size 16, type 6, offset 12, prio 5 | id 100 << 4
 		"10000000 06000000 0c000000 45060000 "+
 		"aabbccdd")
-	if !bytes.Equal(dst[:n], want) {
-		t.Fatalf("PACKET_MSG:\n got % x\nwant % x", dst[:n], want)
-	}
 	if n != PacketLen(&info, 4) {
 		t.Fatalf("PacketLen = %d, want %d", PacketLen(&info, 4), n)
 	}
@@ -397,13 +386,13 @@ func TestRNDISPacketDecoderRejectsEachViolation(t *testing.T) {
 				b = b[:c.trunc]
 			}
 			_, err := ParsePacket(b)
-			wantKind(t, err, c.kind)
+			kinds.Want(t, err, c.kind)
 		})
 	}
 	bad := bytes.Clone(good)
 	le.PutUint32(bad, uint32(TypeQuery))
 	_, err := ParsePacket(bad)
-	wantKind(t, err, protoerr.KindType)
+	kinds.Want(t, err, protoerr.KindType)
 }
 
 func TestRNDISPacketUnsupportedFields(t *testing.T) {
@@ -424,7 +413,7 @@ func TestRNDISPacketUnsupportedFields(t *testing.T) {
 		if err != nil {
 			t.Fatalf("@%d: structurally valid packet rejected: %v", off, err)
 		}
-		wantKind(t, p.Unsupported(), protoerr.KindUnsupported)
+		kinds.Want(t, p.Unsupported(), protoerr.KindUnsupported)
 	}
 }
 

@@ -1,0 +1,3 @@
+package wireprod
+
+import _ "github.com/vmbusd/vmbusd/internal/wiretest"
