@@ -85,6 +85,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"log/slog"
 	"net"
 	"os"
@@ -148,7 +149,7 @@ type HvSockStats struct {
 // HvSock is the simulated host's hv_sock side: the R/dev/vmbus-tl server, the
 // front end, in-process listeners and connects. Safe for concurrent use.
 type HvSock struct {
-	host *Host
+	host *bus.Host
 	cfg  HvSockConfig
 	log  *slog.Logger
 
@@ -170,9 +171,9 @@ type HvSock struct {
 
 // StartHvSock starts the hv_sock side: R/dev/vmbus-tl and, with SocketBase,
 // the front end. Close it before closing the Host.
-func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) {
-	if h.cfg.Profile.RequiresMonitor() {
-		return nil, fmt.Errorf("sim: hv_sock channels are not monitored, and kernel profile %s cannot signal them from user space", h.cfg.Profile)
+func startHvSock(h *bus.Host, cfg HvSockConfig) (*HvSock, error) {
+	if h.Profile().RequiresMonitor() {
+		return nil, fmt.Errorf("sim: hv_sock channels are not monitored, and kernel profile %s cannot signal them from user space", h.Profile())
 	}
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = DefaultHvSockChunk
@@ -193,11 +194,11 @@ func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) {
 	if cfg.Backlog <= 0 {
 		cfg.Backlog = DefaultHvSockBacklog
 	}
-	hv := &HvSock{host: h, cfg: cfg, log: h.log.With("service", "hvsock"),
+	hv := &HvSock{host: h, cfg: cfg, log: h.Logger().With("service", "hvsock"),
 		pending:   make(chan struct{}, cfg.MaxPendingConnects),
 		listeners: map[uint32]*HvSockListener{}, tlConns: map[*net.UnixConn]struct{}{}}
-	hv.ctx, hv.cancel = context.WithCancel(h.ctx)
-	path := filepath.Join(h.cfg.Root, wire.ConnectNode)
+	hv.ctx, hv.cancel = context.WithCancel(h.Context())
+	path := filepath.Join(h.Root(), wire.ConnectNode)
 	var err error
 	if hv.tl, err = listenUnix("unixpacket", path); err != nil {
 		return nil, err
@@ -265,7 +266,7 @@ func (hv *HvSock) Close() error {
 		l.Close()
 	}
 	hv.tl.Close()
-	os.Remove(filepath.Join(hv.host.cfg.Root, wire.ConnectNode))
+	os.Remove(filepath.Join(hv.host.Root(), wire.ConnectNode))
 	if hv.front != nil {
 		hv.front.Close()
 	}
@@ -277,7 +278,7 @@ func (hv *HvSock) Close() error {
 // violation counts a guest's protocol violation on the hv_sock side.
 func (hv *HvSock) violation(dev vmbus.GUID, what string) {
 	hv.violations.Add(1)
-	hv.host.violation(dev, "hv_sock: "+what)
+	hv.host.Violation(dev, "hv_sock: "+what)
 }
 
 // runTL accepts R/dev/vmbus-tl connections, one goroutine each.
@@ -443,10 +444,7 @@ func (hv *HvSock) offer(o *hvOffer, fromHost bool) (*Device, error) {
 // on its own (Rescind is idempotent, and Host.Close rescinds every device).
 func (hv *HvSock) rescind(d *Device) {
 	go func() {
-		d.mu.Lock()
-		done := d.rescinded
-		d.mu.Unlock()
-		if done {
+		if d.Rescinded() {
 			return
 		}
 		hv.rescinds.Add(1)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"io"
 	"net"
 	"os"
@@ -504,21 +505,21 @@ func (c *HvSockConn) InjectMalformed(kind wire.FrameKind) error {
 	var pkt []byte
 	switch kind {
 	case wire.FrameShort: // a bare descriptor: no room for the pipe header
-		pkt = rawDescriptor(6, 2, 2, 0, 0)
+		pkt = bus.RawDescriptor(6, 2, 2, 0, 0)
 	case wire.FrameType: // a completion, not inband
-		pkt = rawDescriptor(0xb, 2, 3, 0, 8)
+		pkt = bus.RawDescriptor(0xb, 2, 3, 0, 8)
 		wire.PutPipeHeader(pkt[16:], 0)
 	case wire.FrameOffset: // offset8 leaving no pipe header
-		pkt = rawDescriptor(6, 3, 3, 0, 8)
+		pkt = bus.RawDescriptor(6, 3, 3, 0, 8)
 	case wire.FramePipeType:
-		pkt = rawDescriptor(6, 2, 4, 0, 16)
+		pkt = bus.RawDescriptor(6, 2, 4, 0, 16)
 		binary.LittleEndian.PutUint32(pkt[16:], 3) // a GPA-direct setup packet
 		binary.LittleEndian.PutUint32(pkt[20:], 4)
 	case wire.FrameSize: // data_size beyond the packet
-		pkt = rawDescriptor(6, 2, 4, 0, 16)
+		pkt = bus.RawDescriptor(6, 2, 4, 0, 16)
 		wire.PutPipeHeader(pkt[16:], 64)
 	case wire.FrameMTU:
-		pkt = rawDescriptor(6, 2, 4, 0, 16)
+		pkt = bus.RawDescriptor(6, 2, 4, 0, 16)
 		wire.PutPipeHeader(pkt[16:], wire.MTU+1)
 	default:
 		return fmt.Errorf("sim: no malformed packet for %v", kind)

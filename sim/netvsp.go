@@ -45,6 +45,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"log/slog"
 	"net"
 	"slices"
@@ -180,7 +181,7 @@ const (
 // Host.AddNIC. It lives until Remove or the host's Close (which closes its
 // port).
 type NIC struct {
-	host *Host
+	host *bus.Host
 	dev  *Device
 	cfg  NICConfig
 	mac  [6]byte
@@ -206,7 +207,7 @@ type NIC struct {
 }
 
 // AddNIC offers a synthetic NIC bound to uio_hv_generic.
-func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) {
+func addNIC(h *bus.Host, cfg NICConfig) (*NIC, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -214,7 +215,7 @@ func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) {
 		linkKick: make(chan struct{}, 1), done: make(chan struct{})}
 	copy(n.mac[:], cfg.MAC)
 	n.ctlDelay.Store(int64(cfg.ControlDelay))
-	n.log = h.log.With("nic", cfg.MAC.String())
+	n.log = h.Logger().With("nic", cfg.MAC.String())
 	for _, f := range cfg.Faults {
 		n.faults.set(f, true)
 	}
@@ -223,7 +224,7 @@ func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) {
 		if size == 0 {
 			size = DefaultGuestMemSize
 		}
-		if err := ensureGuestMemFile(h.cfg.Root, size); err != nil {
+		if err := bus.EnsureGuestMemFile(h.Root(), size); err != nil {
 			return nil, err
 		}
 	}
@@ -243,8 +244,7 @@ func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) {
 			return nil, err
 		}
 	}
-	h.wg.Add(1)
-	go n.runLink()
+	h.Go(n.runLink)
 	n.log.Info("nic offered", "instance", d.Instance().String(), "mtu", cfg.MTU, "max_queues", cfg.MaxQueues,
 		"memory", cfg.Memory.String(), "link_up", !cfg.LinkDown)
 	return n, nil
@@ -498,7 +498,6 @@ func (n *NIC) kickLink() {
 // link-flap and vf-flap faults. It stops with the host or the NIC, and
 // closes the port then.
 func (n *NIC) runLink() {
-	defer n.host.wg.Done()
 	defer n.stop()
 	n.log.Debug("link loop started")
 	defer n.log.Debug("link loop stopped")
@@ -550,7 +549,7 @@ func (n *NIC) runLink() {
 			t.Stop()
 		case <-n.done:
 			return
-		case <-n.host.ctx.Done():
+		case <-n.host.Context().Done():
 			return
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"log/slog"
 	"slices"
 	"sync"
@@ -128,7 +129,7 @@ type nicSession struct {
 
 	recv, send           []byte
 	recvGPADL, sendGPADL uint32
-	mem                  guestMemory
+	mem                  bus.GuestMemory
 	memErr               error
 
 	cfg   atomic.Pointer[sessCfg]
@@ -155,9 +156,9 @@ func newNICSession(ctx context.Context, n *NIC, s *Session) (*nicSession, error)
 	}
 	switch n.cfg.Memory {
 	case GuestMemFile:
-		ss.mem, ss.memErr = openFileGuestMemory(n.host.cfg.Root)
+		ss.mem, ss.memErr = bus.OpenFileGuestMemory(n.host.Root())
 	case GuestMemProc:
-		ss.mem, ss.memErr = openProcGuestMemory(s.GuestPID())
+		ss.mem, ss.memErr = bus.OpenProcGuestMemory(s.GuestPID())
 	}
 	if ss.memErr != nil {
 		ss.log.Warn("guest memory unavailable: GPA-direct sends will fail", "err", ss.memErr)
@@ -210,7 +211,7 @@ func (ss *nicSession) finish() {
 		unacked = append(unacked, fmt.Sprintf("ch%d", c.idx), u)
 	}
 	if ss.mem != nil {
-		ss.mem.close()
+		ss.mem.Close()
 	}
 	ss.log.Info("netvsp session ended; receive packets the guest left unacknowledged", unacked...)
 }
@@ -227,7 +228,7 @@ func (ss *nicSession) post(ev ctlEvent) {
 }
 
 func (ss *nicSession) violation(what string) {
-	ss.n.host.violation(ss.n.cfg.Instance, "netvsp: "+what)
+	ss.n.host.Violation(ss.n.cfg.Instance, "netvsp: "+what)
 }
 
 // msgSize is the size of NVSP messages the host sends: openvmm's 28 below
@@ -450,7 +451,7 @@ func (ch *nicChan) wait(t *time.Timer) error {
 	}
 	t.Reset(d)
 	select {
-	case <-ch.c.wakeCh():
+	case <-ch.c.Wake():
 		t.Stop()
 	case <-ch.kick:
 		t.Stop()
@@ -645,7 +646,7 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 			close(ev.done)
 		}
 	case evSubchannel:
-		c := newNICChan(ss, ev.ch, int(ev.ch.sub))
+		c := newNICChan(ss, ev.ch, int(ev.ch.SubchannelID()))
 		c.initRings(cfg)
 		cs := slices.Clone(ss.channels())
 		for len(cs) <= c.idx {

@@ -220,7 +220,7 @@ func (ch *nicChan) readGPA(p *vmbus.Packet, b []byte) ([]byte, bool) {
 				return b, false
 			}
 			b = slices.Grow(b, n)[:len(b)+n]
-			if err := ss.mem.readPage(b[len(b)-n:], r.PFN(i), off); err != nil {
+			if err := ss.mem.ReadPage(b[len(b)-n:], r.PFN(i), off); err != nil {
 				ss.violation("GPA-direct range outside guest memory")
 				return b, false
 			}

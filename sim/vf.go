@@ -294,7 +294,7 @@ func newVF(n *NIC, cfg VFConfig) (*VF, error) {
 	if err := cfg.fill(n.cfg.VF); err != nil {
 		return nil, err
 	}
-	v := &VF{n: n, cfg: cfg, pci: cfg.Kind.pci(n.cfg.VF, cfg.PCIDomain), root: n.host.cfg.Root,
+	v := &VF{n: n, cfg: cfg, pci: cfg.Kind.pci(n.cfg.VF, cfg.PCIDomain), root: n.host.Root(),
 		mac: n.MAC(), evCh: make(chan struct{}), stop: make(chan struct{})}
 	if l, err := netlink.LinkByName(cfg.HostIf); err == nil {
 		v.external = true

@@ -21,6 +21,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"net"
 	"os"
 	"path/filepath"
@@ -86,28 +87,28 @@ func writeVFPCI(root string, p vfPCI) error {
 			p.driver, pciClassEther, p.vendor, p.device, p.subVendor, p.subDevice, p.bdf())},
 	}
 	for _, a := range attrs {
-		if err := putFile(filepath.Join(tmp, a.name), a.value, 0o444); err != nil {
+		if err := bus.PutFile(filepath.Join(tmp, a.name), a.value, 0o444); err != nil {
 			return err
 		}
 	}
 	if err := os.Mkdir(filepath.Join(tmp, "net"), 0o755); err != nil {
 		return fmt.Errorf("sim: vf pci: %w", err)
 	}
-	if err := symlinkAs(filepath.Join(tmp, "driver"), filepath.Join(dev, "driver"), drvDir); err != nil {
+	if err := bus.SymlinkAs(filepath.Join(tmp, "driver"), filepath.Join(dev, "driver"), drvDir); err != nil {
 		return err
 	}
-	if err := symlinkAs(filepath.Join(tmp, "subsystem"), filepath.Join(dev, "subsystem"), filepath.Join(root, pciBusDir)); err != nil {
+	if err := bus.SymlinkAs(filepath.Join(tmp, "subsystem"), filepath.Join(dev, "subsystem"), filepath.Join(root, pciBusDir)); err != nil {
 		return err
 	}
-	if err := renameNoReplace(tmp, dev); err != nil {
+	if err := bus.RenameNoReplace(tmp, dev); err != nil {
 		return fmt.Errorf("sim: vf pci %s: %w", p.bdf(), err)
 	}
 	slot := filepath.Join(root, pciSlotsDir, fmt.Sprint(p.serial))
 	err = errors.Join(
-		kernfsSymlink(filepath.Join(root, pciDevsDir, p.bdf()), dev),
-		kernfsSymlink(filepath.Join(drvDir, p.bdf()), dev),
+		bus.KernfsSymlink(filepath.Join(root, pciDevsDir, p.bdf()), dev),
+		bus.KernfsSymlink(filepath.Join(drvDir, p.bdf()), dev),
 		os.MkdirAll(slot, 0o755),
-		putFile(filepath.Join(slot, "address"), p.slotAddr()+"\n", 0o444))
+		bus.PutFile(filepath.Join(slot, "address"), p.slotAddr()+"\n", 0o444))
 	if err != nil {
 		removeVFPCI(root, p)
 		return fmt.Errorf("sim: vf pci %s: %w", p.bdf(), err)
@@ -123,29 +124,29 @@ func removeVFPCI(root string, p vfPCI) error {
 	var errs []error
 	if ents, err := os.ReadDir(filepath.Join(dev, "net")); err == nil {
 		for _, e := range ents {
-			errs = append(errs, removeNetdev(root, filepath.Join(dev, "net"), e.Name()))
+			errs = append(errs, bus.RemoveNetdev(root, filepath.Join(dev, "net"), e.Name()))
 		}
 	}
 	slot := filepath.Join(root, pciSlotsDir, fmt.Sprint(p.serial))
 	errs = append(errs,
-		removeIfExists(filepath.Join(slot, "address")),
-		removeIfExists(slot),
-		removeIfExists(filepath.Join(root, pciDevsDir, p.bdf())),
-		removeIfExists(filepath.Join(root, pciDrvsDir, p.driver, p.bdf())),
-		removeDirAtomically(dev, filepath.Dir(dev)))
+		bus.RemoveIfExists(filepath.Join(slot, "address")),
+		bus.RemoveIfExists(slot),
+		bus.RemoveIfExists(filepath.Join(root, pciDevsDir, p.bdf())),
+		bus.RemoveIfExists(filepath.Join(root, pciDrvsDir, p.driver, p.bdf())),
+		bus.RemoveDirAtomically(dev, filepath.Dir(dev)))
 	return errors.Join(errs...)
 }
 
 // writeVFNetdev shows the VF's netdev under its PCI device (and in
 // R/sys/class/net), as the driver's probe registers it.
 func writeVFNetdev(root string, p vfPCI, name string, index int, mac net.HardwareAddr, mtu int) error {
-	nd := netdev{Name: name, Index: index, MAC: mac, MTU: mtu,
+	nd := bus.Netdev{Name: name, Index: index, MAC: mac, MTU: mtu,
 		Flags: 0x1003, Type: 1, Operstate: "up"} // IFF_UP|IFF_BROADCAST|IFF_MULTICAST, ARPHRD_ETHER
 	dev := p.deviceDir(root)
-	return writeNetdev(root, filepath.Join(dev, "net"), dev, nd)
+	return bus.WriteNetdev(root, filepath.Join(dev, "net"), dev, nd)
 }
 
 // removeVFNetdev removes it again (the netdev unregistered).
 func removeVFNetdev(root string, p vfPCI, name string) error {
-	return removeNetdev(root, filepath.Join(p.deviceDir(root), "net"), name)
+	return bus.RemoveNetdev(root, filepath.Join(p.deviceDir(root), "net"), name)
 }

@@ -1,4 +1,4 @@
-package sim
+package bus
 
 import (
 	"context"
@@ -185,15 +185,15 @@ func (f *Faults) inject(c *Channel) {
 	var pkt []byte
 	switch {
 	case f.take(FaultBadLen8):
-		pkt = rawDescriptor(6, 2, 1, 0, 8)
+		pkt = RawDescriptor(6, 2, 1, 0, 8)
 	case f.take(FaultBadOffset8):
-		pkt = rawDescriptor(6, 1, 3, 0, 8)
+		pkt = RawDescriptor(6, 1, 3, 0, 8)
 	case f.take(FaultBadType):
-		pkt = rawDescriptor(8, 2, 3, 0, 8) // VM_PKT_DATA_USING_GPADL: unused on channels
+		pkt = RawDescriptor(8, 2, 3, 0, 8) // VM_PKT_DATA_USING_GPADL: unused on channels
 	case f.take(FaultBadFlags):
-		pkt = rawDescriptor(6, 2, 3, 0x8000, 8)
+		pkt = RawDescriptor(6, 2, 3, 0x8000, 8)
 	case f.take(FaultBadRanges):
-		pkt = rawDescriptor(7, 3, 4, 1, 16)
+		pkt = RawDescriptor(7, 3, 4, 1, 16)
 		binary.LittleEndian.PutUint16(pkt[16:], 0xcafe)
 		binary.LittleEndian.PutUint32(pkt[20:], 5) // five ranges in a header with room for none
 	case f.take(FaultCorruptWriteIndex):
@@ -212,9 +212,9 @@ func (f *Faults) inject(c *Channel) {
 	}
 }
 
-// rawDescriptor builds a packet of the given descriptor fields with body
+// RawDescriptor builds a VMBus packet of the given descriptor fields with body
 // bytes of zeros after the 16-byte descriptor.
-func rawDescriptor(typ, off8, len8, flags uint16, body int) []byte {
+func RawDescriptor(typ, off8, len8, flags uint16, body int) []byte {
 	b := make([]byte, 16+body)
 	binary.LittleEndian.PutUint16(b[0:], typ)
 	binary.LittleEndian.PutUint16(b[2:], off8)

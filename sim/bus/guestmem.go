@@ -1,4 +1,4 @@
-package sim
+package bus
 
 // Guest memory for GPA-direct ranges.
 //
@@ -74,23 +74,23 @@ const DefaultGuestMemSize = 256 << 20
 // errGuestRange is a GPA range the guest memory does not hold.
 var errGuestRange = errors.New("guest page outside guest memory")
 
-// guestMemory reads guest pages for one session. Not safe for concurrent
+// GuestMemory reads guest pages for one session. Not safe for concurrent
 // use by several goroutines unless the implementation says so; both
 // implementations here are (they only read).
-type guestMemory interface {
-	// readPage copies len(p) bytes from guest page pfn at offset off;
+type GuestMemory interface {
+	// ReadPage copies len(p) bytes from guest page pfn at offset off;
 	// off+len(p) <= 4096. errGuestRange when the page is not guest memory.
-	readPage(p []byte, pfn uint64, off uint32) error
-	close() error
+	ReadPage(p []byte, pfn uint64, off uint32) error
+	Close() error
 }
 
 // guestMemFileMu serialises the creation and growth of R/dev/guestmem by
 // several NICs of one or more hosts.
 var guestMemFileMu sync.Mutex
 
-// ensureGuestMemFile creates R/dev/guestmem with at least size bytes (a
+// EnsureGuestMemFile creates R/dev/guestmem with at least size bytes (a
 // larger existing file is kept: it is the guest's RAM, shared by NICs).
-func ensureGuestMemFile(root string, size int64) error {
+func EnsureGuestMemFile(root string, size int64) error {
 	guestMemFileMu.Lock()
 	defer guestMemFileMu.Unlock()
 	p := filepath.Join(root, GuestMemPath)
@@ -132,7 +132,8 @@ type fileGuestMemory struct {
 	mem []byte
 }
 
-func openFileGuestMemory(root string) (*fileGuestMemory, error) {
+// OpenFileGuestMemory maps R/dev/guestmem for a session of the file model.
+func OpenFileGuestMemory(root string) (GuestMemory, error) {
 	p := filepath.Join(root, GuestMemPath)
 	f, err := os.Open(p)
 	if err != nil {
@@ -153,7 +154,7 @@ func openFileGuestMemory(root string) (*fileGuestMemory, error) {
 	return &fileGuestMemory{mem: mem}, nil
 }
 
-func (g *fileGuestMemory) readPage(p []byte, pfn uint64, off uint32) error {
+func (g *fileGuestMemory) ReadPage(p []byte, pfn uint64, off uint32) error {
 	pages := uint64(len(g.mem)) / vmbus.HyperVPageSize
 	if pfn >= pages || uint64(off)+uint64(len(p)) > vmbus.HyperVPageSize {
 		return errGuestRange
@@ -162,7 +163,7 @@ func (g *fileGuestMemory) readPage(p []byte, pfn uint64, off uint32) error {
 	return nil
 }
 
-func (g *fileGuestMemory) close() error { return unmapMem(g.mem) }
+func (g *fileGuestMemory) Close() error { return unmapMem(g.mem) }
 
 // procGuestMemory reads another process's memory through /proc/<pid>/mem
 // (pread at the virtual address; unmapped addresses fail with EIO).
@@ -170,7 +171,9 @@ type procGuestMemory struct {
 	f *os.File
 }
 
-func openProcGuestMemory(pid int) (*procGuestMemory, error) {
+// OpenProcGuestMemory opens the guest process pid's memory for a session
+// of the proc model.
+func OpenProcGuestMemory(pid int) (GuestMemory, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("sim: guest memory: no guest pid")
 	}
@@ -185,7 +188,7 @@ func openProcGuestMemory(pid int) (*procGuestMemory, error) {
 // so pfn*4096 cannot overflow the file offset.
 const maxUserPFN = 1 << (47 - 12)
 
-func (g *procGuestMemory) readPage(p []byte, pfn uint64, off uint32) error {
+func (g *procGuestMemory) ReadPage(p []byte, pfn uint64, off uint32) error {
 	if pfn >= maxUserPFN || uint64(off)+uint64(len(p)) > vmbus.HyperVPageSize {
 		return errGuestRange
 	}
@@ -203,4 +206,4 @@ func (g *procGuestMemory) readPage(p []byte, pfn uint64, off uint32) error {
 	return nil
 }
 
-func (g *procGuestMemory) close() error { return g.f.Close() }
+func (g *procGuestMemory) Close() error { return g.f.Close() }

@@ -1,4 +1,4 @@
-package sim
+package bus
 
 // The simulated sysfs tree, laid out as the real kernel lays it out under a
 // root R (docs/uio-contract.md §2; docs/protocol/vmbus-ring.md

@@ -1,4 +1,4 @@
-package sim
+package bus
 
 // The kernel NIC side of binding, and the rest of the tree a bring-up script
 // looks at besides the bus: hv_netvsc's netdev in sysfs, the loopback

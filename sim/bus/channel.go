@@ -1,4 +1,4 @@
-package sim
+package bus
 
 import (
 	"os"
@@ -24,7 +24,7 @@ type Channel struct {
 
 	poisoned atomic.Bool // the corrupt-write-index fault fired
 	// wake gets a token for every guest signal, for services that wait
-	// on more than the ring (netvsp.go).
+	// on more than the ring (the NetVSP).
 	wake chan struct{}
 }
 
@@ -65,8 +65,9 @@ func (c *Channel) guestSignal() {
 	}
 }
 
-// wakeCh delivers a token after guest signals (at most one pending).
-func (c *Channel) wakeCh() <-chan struct{} { return c.wake }
+// Wake delivers a token after guest signals (at most one pending), for
+// services that wait on more than the ring.
+func (c *Channel) Wake() <-chan struct{} { return c.wake }
 
 // Flush publishes what the host wrote, after applying any pending fault.
 // Once the corrupt-write-index fault has fired the host end is broken for

@@ -1,4 +1,4 @@
-package sim
+package bus
 
 // Driver binding: which guest kernel driver owns each device, and the
 // simulated kernel's reaction to the sysfs writes that move a device between

@@ -1,4 +1,4 @@
-package sim
+package bus
 
 // The R/dev/uioN socket server: the one piece of the uio contract that cannot
 // be byte-for-byte (docs/uio-contract.md §3.2,

@@ -1,4 +1,4 @@
-package sim
+package bus
 
 // The host's watcher of the driver attributes: inotify IN_CLOSE_WRITE on
 // R/sys/bus/vmbus/drivers/<driver>/ (bind, unbind, new_id, remove_id),

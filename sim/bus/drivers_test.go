@@ -1,4 +1,4 @@
-package sim
+package bus
 
 import (
 	"errors"
@@ -13,10 +13,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // drvTestHost is a host under a fresh root on tmpfs when there is one.
+
+// waitFor waits, without a wall-clock threshold of its own, until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.WaitFor(t, 0, cond, what)
+}
+
 func drvTestHost(t *testing.T, p Profile) *Host {
 	t.Helper()
 	root := t.TempDir()
