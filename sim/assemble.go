@@ -2,6 +2,7 @@ package sim
 
 import (
 	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/hvsockhost"
 )
 
 // Host is a simulated Hyper-V host: the bus of package sim/bus (devices,
@@ -36,4 +37,14 @@ func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) { return addNIC(h.Host, cfg) 
 
 // StartHvSock starts the hv_sock host: its transport and front sockets
 // under the root, and an hv_sock channel device for every connection.
-func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) { return startHvSock(h.Host, cfg) }
+func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) { return hvsockhost.Start(h.Host, cfg) }
+
+// The hv_sock host's names, as the callers of package sim know them
+// (package sim/hvsockhost documents each).
+type (
+	HvSock         = hvsockhost.Host
+	HvSockConfig   = hvsockhost.Config
+	HvSockStats    = hvsockhost.Stats
+	HvSockConn     = hvsockhost.Conn
+	HvSockListener = hvsockhost.Listener
+)

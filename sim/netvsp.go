@@ -45,7 +45,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/vmbusd/vmbusd/sim/bus"
 	"log/slog"
 	"net"
 	"slices"
@@ -54,6 +53,7 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 

@@ -27,7 +27,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vmbusd/vmbusd/sim/bus"
 	"log/slog"
 	"slices"
 	"sync"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 

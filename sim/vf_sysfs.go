@@ -21,10 +21,11 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"github.com/vmbusd/vmbusd/sim/bus"
 	"net"
 	"os"
 	"path/filepath"
+
+	"github.com/vmbusd/vmbusd/sim/bus"
 )
 
 const (

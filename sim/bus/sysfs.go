@@ -174,7 +174,7 @@ type devAttrs struct {
 	NUMANode  int // numa_node of the channel's target CPU
 	// HvSock marks an hv_sock offer (chn_flags has TLNPI_PROVIDER_OFFER).
 	// Such offers carry two facts no real sysfs attribute shows, so the
-	// simulator adds exactly two (sim/hvsock.go): chn_flags and
+	// simulator adds exactly two (sim/hvsockhost/hvsock.go): chn_flags and
 	// is_for_guest_accept (Linux: u.pipe.user_def[0]).
 	HvSock         bool
 	ForGuestAccept bool
@@ -241,7 +241,7 @@ func writeDevice(root string, a devAttrs) (devDir string, err error) {
 		{"device", fmt.Sprintf("0x%x\n", devType)},
 	}
 	if a.HvSock {
-		// Simulator-only (sim/hvsock.go): the offer's flags and pipe
+		// Simulator-only (sim/hvsockhost/hvsock.go): the offer's flags and pipe
 		// direction, which a guest needs to tell an hv_sock channel and
 		// its direction apart; a real kernel keeps them in the channel.
 		accept := 0

@@ -1,4 +1,4 @@
-package sim
+package hvsockhost
 
 // hv_sock host endpoints (docs/protocol/hvsock.md; OpenVMM vmbus_server hvsock.rs and its
 // hybrid vsock relay are the model).
@@ -85,7 +85,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/vmbusd/vmbusd/sim/bus"
 	"log/slog"
 	"net"
 	"os"
@@ -98,11 +97,12 @@ import (
 
 	"github.com/vmbusd/vmbusd/clock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
-// HvSockConfig configures a Host's hv_sock side.
-type HvSockConfig struct {
+// Config configures the hv_sock host.
+type Config struct {
 	// SocketBase is the Unix socket front end path B (see above); "" means
 	// no front end, only the in-process API.
 	SocketBase string
@@ -127,7 +127,7 @@ type HvSockConfig struct {
 	Backlog int
 }
 
-// Defaults of HvSockConfig.
+// Defaults of Config.
 const (
 	DefaultHvSockChunk        = 2048
 	DefaultGuestOpenTimeout   = 5 * time.Second
@@ -136,8 +136,8 @@ const (
 	DefaultHvSockBacklog      = 16
 )
 
-// HvSockStats are the hv_sock side's counters.
-type HvSockStats struct {
+// Stats are the hv_sock side's counters.
+type Stats struct {
 	Requests     uint64 // guest connect requests taken
 	Refused      uint64 // refused with a TL_CONNECT_RESULT
 	Offers       uint64 // channels offered (both directions)
@@ -146,11 +146,11 @@ type HvSockStats struct {
 	Violations   uint64 // guest protocol violations on hv_sock channels or requests
 }
 
-// HvSock is the simulated host's hv_sock side: the R/dev/vmbus-tl server, the
+// Host is the simulated host's hv_sock side: the R/dev/vmbus-tl server, the
 // front end, in-process listeners and connects. Safe for concurrent use.
-type HvSock struct {
+type Host struct {
 	host *bus.Host
-	cfg  HvSockConfig
+	cfg  Config
 	log  *slog.Logger
 
 	tl, front *net.UnixListener
@@ -160,7 +160,7 @@ type HvSock struct {
 	pending   chan struct{} // outstanding guest connect requests
 
 	mu        sync.Mutex
-	listeners map[uint32]*HvSockListener
+	listeners map[uint32]*Listener
 	tlConns   map[*net.UnixConn]struct{}
 	closed    bool
 
@@ -169,9 +169,9 @@ type HvSock struct {
 	requests, refused, offers, openTimeouts, rescinds, violations atomic.Uint64
 }
 
-// StartHvSock starts the hv_sock side: R/dev/vmbus-tl and, with SocketBase,
-// the front end. Close it before closing the Host.
-func startHvSock(h *bus.Host, cfg HvSockConfig) (*HvSock, error) {
+// Start starts the hv_sock host on h: R/dev/vmbus-tl and, with SocketBase,
+// the front end. Close it before closing h.
+func Start(h *bus.Host, cfg Config) (*Host, error) {
 	if h.Profile().RequiresMonitor() {
 		return nil, fmt.Errorf("sim: hv_sock channels are not monitored, and kernel profile %s cannot signal them from user space", h.Profile())
 	}
@@ -194,9 +194,9 @@ func startHvSock(h *bus.Host, cfg HvSockConfig) (*HvSock, error) {
 	if cfg.Backlog <= 0 {
 		cfg.Backlog = DefaultHvSockBacklog
 	}
-	hv := &HvSock{host: h, cfg: cfg, log: h.Logger().With("service", "hvsock"),
+	hv := &Host{host: h, cfg: cfg, log: h.Logger().With("service", "hvsock"),
 		pending:   make(chan struct{}, cfg.MaxPendingConnects),
-		listeners: map[uint32]*HvSockListener{}, tlConns: map[*net.UnixConn]struct{}{}}
+		listeners: map[uint32]*Listener{}, tlConns: map[*net.UnixConn]struct{}{}}
 	hv.ctx, hv.cancel = context.WithCancel(h.Context())
 	path := filepath.Join(h.Root(), wire.ConnectNode)
 	var err error
@@ -230,30 +230,30 @@ func listenUnix(network, path string) (*net.UnixListener, error) {
 }
 
 // Config returns the configuration in use, defaults filled in.
-func (hv *HvSock) Config() HvSockConfig { return hv.cfg }
+func (hv *Host) Config() Config { return hv.cfg }
 
 // Stats returns the counters.
-func (hv *HvSock) Stats() HvSockStats {
-	return HvSockStats{Requests: hv.requests.Load(), Refused: hv.refused.Load(), Offers: hv.offers.Load(),
+func (hv *Host) Stats() Stats {
+	return Stats{Requests: hv.requests.Load(), Refused: hv.refused.Load(), Offers: hv.offers.Load(),
 		OpenTimeouts: hv.openTimeouts.Load(), Rescinds: hv.rescinds.Load(), Violations: hv.violations.Load()}
 }
 
 // SetOfferDelay delays the offer that answers each guest connect request
 // from now on (a slow host; with a delay beyond the guest's connect
 // timeout, the late offer the guest must ignore).
-func (hv *HvSock) SetOfferDelay(d time.Duration) { hv.offerDelay.Store(int64(d)) }
+func (hv *Host) SetOfferDelay(d time.Duration) { hv.offerDelay.Store(int64(d)) }
 
 // Close stops taking requests and connects and closes the listeners.
 // Connections already made live on until they end or their devices are
-// rescinded (Host.Close rescinds every device).
-func (hv *HvSock) Close() error {
+// rescinded (bus.Host.Close rescinds every device).
+func (hv *Host) Close() error {
 	hv.mu.Lock()
 	if hv.closed {
 		hv.mu.Unlock()
 		return nil
 	}
 	hv.closed = true
-	ls := make([]*HvSockListener, 0, len(hv.listeners))
+	ls := make([]*Listener, 0, len(hv.listeners))
 	for _, l := range hv.listeners {
 		ls = append(ls, l)
 	}
@@ -276,13 +276,13 @@ func (hv *HvSock) Close() error {
 }
 
 // violation counts a guest's protocol violation on the hv_sock side.
-func (hv *HvSock) violation(dev vmbus.GUID, what string) {
+func (hv *Host) violation(dev vmbus.GUID, what string) {
 	hv.violations.Add(1)
 	hv.host.Violation(dev, "hv_sock: "+what)
 }
 
 // runTL accepts R/dev/vmbus-tl connections, one goroutine each.
-func (hv *HvSock) runTL() {
+func (hv *Host) runTL() {
 	hv.acceptLoop(hv.tl, "connect-request loop", func(c *net.UnixConn) {
 		hv.tlConns[c] = struct{}{}
 	}, hv.serveTL)
@@ -292,7 +292,7 @@ func (hv *HvSock) runTL() {
 // serve on its own goroutine (which must call hv.wg.Done). track, when
 // not nil, runs under hv.mu before serve starts; a connection arriving
 // after Close is dropped.
-func (hv *HvSock) acceptLoop(ln *net.UnixListener, what string, track func(*net.UnixConn), serve func(*net.UnixConn)) {
+func (hv *Host) acceptLoop(ln *net.UnixListener, what string, track func(*net.UnixConn), serve func(*net.UnixConn)) {
 	defer hv.wg.Done()
 	hv.log.Debug("hv_sock "+what+" started", "socket", ln.Addr().String())
 	defer hv.log.Debug("hv_sock "+what+" stopped", "socket", ln.Addr().String())
@@ -322,7 +322,7 @@ func (hv *HvSock) acceptLoop(ln *net.UnixListener, what string, track func(*net.
 
 // serveTL reads connect requests from one guest socket. It takes the next
 // request only once a pending slot is free: the back-pressure.
-func (hv *HvSock) serveTL(c *net.UnixConn) {
+func (hv *Host) serveTL(c *net.UnixConn) {
 	defer hv.wg.Done()
 	defer func() {
 		hv.mu.Lock()
@@ -361,7 +361,7 @@ func (hv *HvSock) serveTL(c *net.UnixConn) {
 }
 
 // refuse answers a request with STATUS_CONNECTION_REFUSED.
-func (hv *HvSock) refuse(c *net.UnixConn, req wire.ConnectRequest, why string) {
+func (hv *Host) refuse(c *net.UnixConn, req wire.ConnectRequest, why string) {
 	hv.refused.Add(1)
 	res := wire.ConnectResult{Endpoint: req.Endpoint, Service: req.Service, Status: wire.StatusConnectionRefused}
 	c.Write(res.Marshal())
@@ -370,7 +370,7 @@ func (hv *HvSock) refuse(c *net.UnixConn, req wire.ConnectRequest, why string) {
 
 // guestConnect handles one request: find the host endpoint, offer the
 // channel, and wait for the guest to open it.
-func (hv *HvSock) guestConnect(c *net.UnixConn, req wire.ConnectRequest) {
+func (hv *Host) guestConnect(c *net.UnixConn, req wire.ConnectRequest) {
 	o := &hvOffer{hv: hv, service: req.Service, endpoint: req.Endpoint,
 		opened: make(chan struct{}), refused: make(chan struct{})}
 	if port, ok := wire.ServicePort(req.Service); ok {
@@ -423,9 +423,9 @@ func socketIfExists(path string) string {
 }
 
 // offer adds the device of one connection.
-func (hv *HvSock) offer(o *hvOffer, fromHost bool) (*Device, error) {
+func (hv *Host) offer(o *hvOffer, fromHost bool) (*bus.Device, error) {
 	o.fromHost = fromHost
-	dev, err := hv.host.AddDevice(DeviceConfig{
+	dev, err := hv.host.AddDevice(bus.DeviceConfig{
 		Class: o.service, Instance: o.endpoint,
 		HvSock: true, HvSockForGuestAccept: fromHost, NotMonitored: true,
 		Service: o, Admit: o.admit,
@@ -441,8 +441,9 @@ func (hv *HvSock) offer(o *hvOffer, fromHost bool) (*Device, error) {
 // may be inside the device's session, which the rescind waits for.
 //
 // It is not tracked by hv.wg: it may start while Close waits, and it ends
-// on its own (Rescind is idempotent, and Host.Close rescinds every device).
-func (hv *HvSock) rescind(d *Device) {
+// on its own (Rescind is idempotent, and bus.Host.Close rescinds every
+// device).
+func (hv *Host) rescind(d *bus.Device) {
 	go func() {
 		if d.Rescinded() {
 			return
@@ -459,18 +460,18 @@ func (hv *HvSock) rescind(d *Device) {
 // random endpoint id and returns once the guest has opened it. A guest that
 // does not open it within HostConnectTimeout (no listener, backlog full)
 // gets the offer rescinded, and Connect fails with ETIMEDOUT.
-func (hv *HvSock) Connect(ctx context.Context, port uint32) (*HvSockConn, error) {
+func (hv *Host) Connect(ctx context.Context, port uint32) (*Conn, error) {
 	return hv.ConnectService(ctx, wire.ServiceID(port))
 }
 
 // ConnectService is Connect for any service GUID (Linux guests ignore
 // offers whose service id does not follow the port template).
-func (hv *HvSock) ConnectService(ctx context.Context, service vmbus.GUID) (*HvSockConn, error) {
+func (hv *Host) ConnectService(ctx context.Context, service vmbus.GUID) (*Conn, error) {
 	if hv.ctx.Err() != nil {
 		return nil, net.ErrClosed
 	}
 	o := &hvOffer{hv: hv, service: service, endpoint: randomGUID(), opened: make(chan struct{}),
-		refused: make(chan struct{}), ready: make(chan *HvSockConn, 1)}
+		refused: make(chan struct{}), ready: make(chan *Conn, 1)}
 	dev, err := hv.offer(o, true)
 	if err != nil {
 		return nil, err
@@ -514,7 +515,7 @@ func randomGUID() vmbus.GUID {
 // hvOffer is one connection's device from offer to the end of its session:
 // its Service and its Admit hook.
 type hvOffer struct {
-	hv                *HvSock
+	hv                *Host
 	service, endpoint vmbus.GUID
 	fromHost          bool
 	opened            chan struct{} // closed when the guest's open is admitted
@@ -522,11 +523,11 @@ type hvOffer struct {
 	admitted          atomic.Bool
 
 	// Guest-initiated: where the host end goes.
-	listener *HvSockListener
+	listener *Listener
 	unixPath string
 	unixConn net.Conn
 	// Host-initiated: the connection, for Connect.
-	ready chan *HvSockConn
+	ready chan *Conn
 }
 
 // admit is the host accepting the guest's open: once only, and for a
@@ -561,7 +562,7 @@ func (o *hvOffer) admit() error {
 // Serve runs while the guest has the channel open: it hands the host end
 // to its owner, and when the session ends makes sure the host end no
 // longer touches the rings and the device is rescinded.
-func (o *hvOffer) Serve(ctx context.Context, s *Session) error {
+func (o *hvOffer) Serve(ctx context.Context, s *bus.Session) error {
 	c := newHvSockConn(o, s)
 	switch {
 	case o.ready != nil:
@@ -579,12 +580,12 @@ func (o *hvOffer) Serve(ctx context.Context, s *Session) error {
 	return nil
 }
 
-// HvSockListener takes guest connects to one host port in process. Safe for
+// Listener takes guest connects to one host port in process. Safe for
 // concurrent use.
-type HvSockListener struct {
-	hv       *HvSock
+type Listener struct {
+	hv       *Host
 	port     uint32
-	queue    chan *HvSockConn
+	queue    chan *Conn
 	mu       sync.Mutex
 	reserved int
 	closed   bool
@@ -594,7 +595,7 @@ type HvSockListener struct {
 // Listen makes port reachable for guest connects; each connection is
 // returned by Accept. A port with a listener takes precedence over the
 // front end's Unix sockets.
-func (hv *HvSock) Listen(port uint32) (*HvSockListener, error) {
+func (hv *Host) Listen(port uint32) (*Listener, error) {
 	hv.mu.Lock()
 	defer hv.mu.Unlock()
 	if hv.closed {
@@ -603,13 +604,13 @@ func (hv *HvSock) Listen(port uint32) (*HvSockListener, error) {
 	if hv.listeners[port] != nil {
 		return nil, fmt.Errorf("sim: hv_sock port %d: %w", port, syscall.EADDRINUSE)
 	}
-	l := &HvSockListener{hv: hv, port: port, queue: make(chan *HvSockConn, hv.cfg.Backlog), done: make(chan struct{})}
+	l := &Listener{hv: hv, port: port, queue: make(chan *Conn, hv.cfg.Backlog), done: make(chan struct{})}
 	hv.listeners[port] = l
 	return l, nil
 }
 
 // reserve takes a backlog slot for a connection being opened.
-func (l *HvSockListener) reserve() bool {
+func (l *Listener) reserve() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || len(l.queue)+l.reserved >= cap(l.queue) {
@@ -620,7 +621,7 @@ func (l *HvSockListener) reserve() bool {
 }
 
 // push queues a connection whose slot was reserved.
-func (l *HvSockListener) push(c *HvSockConn) {
+func (l *Listener) push(c *Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reserved--
@@ -632,10 +633,10 @@ func (l *HvSockListener) push(c *HvSockConn) {
 }
 
 // Accept implements net.Listener.
-func (l *HvSockListener) Accept() (net.Conn, error) { return l.AcceptHvSock() }
+func (l *Listener) Accept() (net.Conn, error) { return l.AcceptHvSock() }
 
 // AcceptHvSock waits for the next guest connection.
-func (l *HvSockListener) AcceptHvSock() (*HvSockConn, error) {
+func (l *Listener) AcceptHvSock() (*Conn, error) {
 	select {
 	case c := <-l.queue:
 		return c, nil
@@ -645,7 +646,7 @@ func (l *HvSockListener) AcceptHvSock() (*HvSockConn, error) {
 }
 
 // Close stops listening; queued connections are closed.
-func (l *HvSockListener) Close() error {
+func (l *Listener) Close() error {
 	l.hv.mu.Lock()
 	if l.hv.listeners[l.port] == l {
 		delete(l.hv.listeners, l.port)
@@ -671,6 +672,6 @@ func (l *HvSockListener) Close() error {
 }
 
 // Addr returns the host port as a *wire.Addr (CIDHost).
-func (l *HvSockListener) Addr() net.Addr {
+func (l *Listener) Addr() net.Addr {
 	return &wire.Addr{ContextID: wire.CIDHost, Port: l.port}
 }

@@ -1,4 +1,4 @@
-package sim
+package hvsockhost
 
 import (
 	"context"
@@ -28,7 +28,7 @@ const maxConnectLine = len("CONNECT 00000000-facb-11e6-bd58-64006a7986d3\n")
 const connectLineTimeout = 10 * time.Second
 
 // runFront accepts front-end connections.
-func (hv *HvSock) runFront() {
+func (hv *Host) runFront() {
 	hv.acceptLoop(hv.front, "front end", nil, func(c *net.UnixConn) {
 		defer hv.wg.Done()
 		hv.serveFront(c)
@@ -36,7 +36,7 @@ func (hv *HvSock) runFront() {
 }
 
 // serveFront runs one client's CONNECT and then relays its connection.
-func (hv *HvSock) serveFront(uc *net.UnixConn) {
+func (hv *Host) serveFront(uc *net.UnixConn) {
 	uc.SetReadDeadline(time.Now().Add(connectLineTimeout))
 	line, err := readConnectLine(uc)
 	uc.SetReadDeadline(time.Time{})
@@ -75,7 +75,7 @@ func (hv *HvSock) serveFront(uc *net.UnixConn) {
 
 // endpointID is the host-chosen endpoint GUID of a host-initiated
 // connection (its device's instance).
-func (c *HvSockConn) endpointID() vmbus.GUID { return c.Device().Instance() }
+func (c *Conn) endpointID() vmbus.GUID { return c.Device().Instance() }
 
 // readConnectLine reads up to and including '\n', byte by byte so that
 // nothing after the line is consumed.
@@ -121,7 +121,7 @@ type halfCloser interface {
 // each end of stream on as a half-close (OpenVMM relay_connected: guest FIN
 // -> shutdown(SHUT_WR) of the socket, socket EOF -> FIN). When both
 // directions are done, or one fails, both are closed.
-func relay(sock net.Conn, c *HvSockConn) {
+func relay(sock net.Conn, c *Conn) {
 	var wg sync.WaitGroup
 	var once sync.Once
 	abort := func() {

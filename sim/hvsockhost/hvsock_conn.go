@@ -1,11 +1,10 @@
-package sim
+package hvsockhost
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/vmbusd/vmbusd/sim/bus"
 	"io"
 	"net"
 	"os"
@@ -16,10 +15,11 @@ import (
 
 	"github.com/vmbusd/vmbusd/deadline"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
-// HvSockConn is the host end of one hv_sock connection, what a host
+// Conn is the host end of one hv_sock connection, what a host
 // application (or the front end's relay) holds. It follows the host's rules,
 // independently of the guest package: packets of at most the host's chunk
 // size, no FIN reserve (a host FIN may wait for room), OpenVMM's reader
@@ -39,10 +39,10 @@ import (
 // It implements net.Conn; every method is safe for concurrent use (one
 // Read and one Write at a time make progress). After the guest's session
 // ends nothing touches the rings any more.
-type HvSockConn struct {
-	hv            *HvSock
-	sess          *Session
-	ch            *Channel
+type Conn struct {
+	hv            *Host
+	sess          *bus.Session
+	ch            *bus.Channel
 	local, remote *wire.Addr
 	chunk         int
 
@@ -71,10 +71,10 @@ type HvSockConn struct {
 	bytesRead, bytesWritten atomic.Uint64
 }
 
-var _ net.Conn = (*HvSockConn)(nil)
+var _ net.Conn = (*Conn)(nil)
 
-func newHvSockConn(o *hvOffer, s *Session) *HvSockConn {
-	c := &HvSockConn{hv: o.hv, sess: s, ch: s.Primary(), chunk: o.hv.cfg.ChunkSize}
+func newHvSockConn(o *hvOffer, s *bus.Session) *Conn {
+	c := &Conn{hv: o.hv, sess: s, ch: s.Primary(), chunk: o.hv.cfg.ChunkSize}
 	guestPort := binary.BigEndian.Uint32(o.endpoint[:4])
 	hostPort := binary.BigEndian.Uint32(o.service[:4])
 	if o.fromHost {
@@ -88,29 +88,29 @@ func newHvSockConn(o *hvOffer, s *Session) *HvSockConn {
 }
 
 // Device returns the connection's device (for faults and Rescind).
-func (c *HvSockConn) Device() *Device { return c.sess.Device() }
+func (c *Conn) Device() *bus.Device { return c.sess.Device() }
 
 // Channel returns the host end of the connection's channel.
-func (c *HvSockConn) Channel() *Channel { return c.ch }
+func (c *Conn) Channel() *bus.Channel { return c.ch }
 
 // BytesRead and BytesWritten count payload bytes.
-func (c *HvSockConn) BytesRead() uint64    { return c.bytesRead.Load() }
-func (c *HvSockConn) BytesWritten() uint64 { return c.bytesWritten.Load() }
+func (c *Conn) BytesRead() uint64    { return c.bytesRead.Load() }
+func (c *Conn) BytesWritten() uint64 { return c.bytesWritten.Load() }
 
 // SetFinRace switches the "FIN racing the last data" fault: each Write's
 // last packets stay unpublished, and CloseWrite or Close publish them with
 // the FIN in one batch and rescind the channel right behind it, without
 // waiting for the guest. The guest must still deliver every byte, then EOF.
-func (c *HvSockConn) SetFinRace(on bool) { c.finRace.Store(on) }
+func (c *Conn) SetFinRace(on bool) { c.finRace.Store(on) }
 
-func (c *HvSockConn) opErr(op string, err error) error {
+func (c *Conn) opErr(op string, err error) error {
 	if err == nil || err == io.EOF {
 		return err
 	}
 	return &net.OpError{Op: op, Net: "hvsock", Source: c.local, Addr: c.remote, Err: err}
 }
 
-func (c *HvSockConn) ctxErr() error {
+func (c *Conn) ctxErr() error {
 	switch {
 	case c.closed.Load():
 		return net.ErrClosed
@@ -121,7 +121,7 @@ func (c *HvSockConn) ctxErr() error {
 }
 
 // violation records a guest protocol violation; the connection is reset.
-func (c *HvSockConn) violation(err error) {
+func (c *Conn) violation(err error) {
 	c.rerr = err
 	c.hv.violation(c.Device().Instance(), err.Error())
 	c.ch.Kill(err)
@@ -129,7 +129,7 @@ func (c *HvSockConn) violation(err error) {
 }
 
 // nextLocked takes the next packet; ok is false when none is waiting.
-func (c *HvSockConn) nextLocked() (ok bool, err error) {
+func (c *Conn) nextLocked() (ok bool, err error) {
 	p, err := c.ch.Recv()
 	if err == vmbus.ErrRingEmpty {
 		return false, nil
@@ -156,7 +156,7 @@ func (c *HvSockConn) nextLocked() (ok bool, err error) {
 }
 
 // Read implements net.Conn.
-func (c *HvSockConn) Read(b []byte) (int, error) {
+func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.closed.Load() {
@@ -183,7 +183,7 @@ func (c *HvSockConn) Read(b []byte) (int, error) {
 	return 0, c.opErr("read", err)
 }
 
-func (c *HvSockConn) read(ctx context.Context, b []byte) (int, error) {
+func (c *Conn) read(ctx context.Context, b []byte) (int, error) {
 	c.ring.RLock()
 	defer c.ring.RUnlock()
 	for {
@@ -238,7 +238,7 @@ func (c *HvSockConn) read(ctx context.Context, b []byte) (int, error) {
 }
 
 // Write implements net.Conn.
-func (c *HvSockConn) Write(b []byte) (int, error) {
+func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	switch {
@@ -260,7 +260,7 @@ func (c *HvSockConn) Write(b []byte) (int, error) {
 // does not fit.
 const minPartialWrite = 1024
 
-func (c *HvSockConn) write(ctx context.Context, b []byte) (int, error) {
+func (c *Conn) write(ctx context.Context, b []byte) (int, error) {
 	c.ring.RLock()
 	defer c.ring.RUnlock()
 	if c.detached {
@@ -307,7 +307,7 @@ func (c *HvSockConn) write(ctx context.Context, b []byte) (int, error) {
 
 // sendFINLocked queues the FIN and publishes it (and, under the FIN race,
 // the data before it), waiting for room within ctx. The caller holds wmu.
-func (c *HvSockConn) sendFINLocked(ctx context.Context) error {
+func (c *Conn) sendFINLocked(ctx context.Context) error {
 	if c.finSent {
 		return nil
 	}
@@ -342,7 +342,7 @@ func (c *HvSockConn) sendFINLocked(ctx context.Context) error {
 }
 
 // CloseWrite sends the host's FIN.
-func (c *HvSockConn) CloseWrite() error {
+func (c *Conn) CloseWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.closed.Load() {
@@ -357,7 +357,7 @@ func (c *HvSockConn) CloseWrite() error {
 
 // CloseRead is not signalled to the guest (the protocol has no message
 // for it); it exists for symmetry and does nothing but refuse later Reads.
-func (c *HvSockConn) CloseRead() error {
+func (c *Conn) CloseRead() error {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.rerr == nil {
@@ -372,7 +372,7 @@ const closeFINWait = 2 * time.Second
 // Close sends the FIN and stops reading. The channel is rescinded once the
 // guest's FIN has come (or already had), or as soon as the guest sends
 // data instead, which a closed host socket could not take.
-func (c *HvSockConn) Close() error {
+func (c *Conn) Close() error {
 	if c.closed.Swap(true) {
 		return c.opErr("close", net.ErrClosed)
 	}
@@ -396,7 +396,7 @@ func (c *HvSockConn) Close() error {
 
 // drainAfterClose reads what the guest sends after the host closed: its
 // FIN ends the connection normally, data resets it.
-func (c *HvSockConn) drainAfterClose() {
+func (c *Conn) drainAfterClose() {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.ring.RLock()
@@ -424,7 +424,7 @@ func (c *HvSockConn) drainAfterClose() {
 
 // markDone records that a direction finished and rescinds the channel once
 // both have.
-func (c *HvSockConn) markDone(guest, host bool) {
+func (c *Conn) markDone(guest, host bool) {
 	c.doneMu.Lock()
 	c.guestDone = c.guestDone || guest
 	c.hostDone = c.hostDone || host
@@ -436,7 +436,7 @@ func (c *HvSockConn) markDone(guest, host bool) {
 }
 
 // end rescinds the connection's channel, once.
-func (c *HvSockConn) end() {
+func (c *Conn) end() {
 	c.doneMu.Lock()
 	if c.ending {
 		c.doneMu.Unlock()
@@ -449,7 +449,7 @@ func (c *HvSockConn) end() {
 
 // detach runs when the session ends: from now on nothing touches the
 // rings, which are about to be unmapped.
-func (c *HvSockConn) detach() {
+func (c *Conn) detach() {
 	c.cancel()
 	c.ring.Lock()
 	c.detached = true
@@ -462,11 +462,11 @@ func (c *HvSockConn) detach() {
 }
 
 // LocalAddr is (CIDHost, host port); RemoteAddr (CIDAny, guest port).
-func (c *HvSockConn) LocalAddr() net.Addr  { return c.local }
-func (c *HvSockConn) RemoteAddr() net.Addr { return c.remote }
+func (c *Conn) LocalAddr() net.Addr  { return c.local }
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline implements net.Conn.
-func (c *HvSockConn) SetDeadline(t time.Time) error {
+func (c *Conn) SetDeadline(t time.Time) error {
 	if err := c.SetReadDeadline(t); err != nil {
 		return err
 	}
@@ -474,7 +474,7 @@ func (c *HvSockConn) SetDeadline(t time.Time) error {
 }
 
 // SetReadDeadline implements net.Conn.
-func (c *HvSockConn) SetReadDeadline(t time.Time) error {
+func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.closed.Load() {
 		return c.opErr("set", net.ErrClosed)
 	}
@@ -483,7 +483,7 @@ func (c *HvSockConn) SetReadDeadline(t time.Time) error {
 }
 
 // SetWriteDeadline implements net.Conn.
-func (c *HvSockConn) SetWriteDeadline(t time.Time) error {
+func (c *Conn) SetWriteDeadline(t time.Time) error {
 	if c.closed.Load() {
 		return c.opErr("set", net.ErrClosed)
 	}
@@ -491,9 +491,9 @@ func (c *HvSockConn) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
-// HvSockMalformed lists the malformed hv_sock packets InjectMalformed
+// Malformed lists the malformed hv_sock packets InjectMalformed
 // writes, one per framing check a guest makes (wire.FrameKind).
-var HvSockMalformed = []wire.FrameKind{
+var Malformed = []wire.FrameKind{
 	wire.FrameShort, wire.FrameType, wire.FrameOffset,
 	wire.FramePipeType, wire.FrameSize, wire.FrameMTU,
 }
@@ -501,7 +501,7 @@ var HvSockMalformed = []wire.FrameKind{
 // InjectMalformed publishes one packet that is a valid VMBus packet but
 // breaks the hv_sock framing in the way kind names. The guest must reset
 // the connection with that kind.
-func (c *HvSockConn) InjectMalformed(kind wire.FrameKind) error {
+func (c *Conn) InjectMalformed(kind wire.FrameKind) error {
 	var pkt []byte
 	switch kind {
 	case wire.FrameShort: // a bare descriptor: no room for the pipe header

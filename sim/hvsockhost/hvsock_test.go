@@ -1,4 +1,4 @@
-package sim
+package hvsockhost
 
 import (
 	"bufio"
@@ -18,11 +18,12 @@ import (
 	"github.com/vmbusd/vmbusd/hvsock"
 	"github.com/vmbusd/vmbusd/hvsock/wire"
 	"github.com/vmbusd/vmbusd/internal/testutil"
+	"github.com/vmbusd/vmbusd/sim/bus"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // hvTestHost is a host with its hv_sock side under a fresh root.
-func hvTestHost(t *testing.T, cfg HvSockConfig) (*Host, *HvSock) {
+func hvTestHost(t *testing.T, cfg Config) (*bus.Host, *Host) {
 	t.Helper()
 	root := t.TempDir()
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -32,11 +33,11 @@ func hvTestHost(t *testing.T, cfg HvSockConfig) (*Host, *HvSock) {
 			t.Cleanup(func() { os.RemoveAll(d) })
 		}
 	}
-	h, err := New(Config{Root: root, Profile: DefaultProfile})
+	h, err := bus.New(bus.Config{Root: root, Profile: bus.DefaultProfile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hv, err := h.StartHvSock(cfg)
+	hv, err := Start(h, cfg)
 	if err != nil {
 		h.Close()
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func hvTestHost(t *testing.T, cfg HvSockConfig) (*Host, *HvSock) {
 }
 
 // tlDial connects to R/dev/vmbus-tl as a guest kernel would post messages.
-func tlDial(t *testing.T, h *Host) *net.UnixConn {
+func tlDial(t *testing.T, h *bus.Host) *net.UnixConn {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: filepath.Join(h.Root(), wire.ConnectNode), Net: "unixpacket"})
 	if err != nil {
@@ -76,22 +77,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestHvSockNeedsASignallingProfile(t *testing.T) {
-	h, err := New(Config{Root: t.TempDir(), Profile: ProfileLegacy})
+	h, err := bus.New(bus.Config{Root: t.TempDir(), Profile: bus.ProfileLegacy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	if _, err := h.StartHvSock(HvSockConfig{}); err == nil {
+	if _, err := Start(h, Config{}); err == nil {
 		t.Fatal("hv_sock started on the legacy profile, whose guests cannot signal an unmonitored channel")
 	}
 }
 
 // TestGuestConnectOfferInSysfs sends a raw TL_CONNECT_REQUEST and checks
-// the offer's device: what a real offer carries, mapped as sim/hvsock.go
+// the offer's device: what a real offer carries, mapped as hvsock.go
 // documents. Nobody opens it, so it is rescinded after the open timeout.
 func TestGuestConnectOfferInSysfs(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	h, hv := hvTestHost(t, HvSockConfig{Clock: clk}) // the offer stays until the test expires it
+	h, hv := hvTestHost(t, Config{Clock: clk}) // the offer stays until the test expires it
 	l, err := hv.Listen(2761)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func TestGuestConnectOfferInSysfs(t *testing.T) {
 }
 
 func TestGuestConnectRefusedWithResult(t *testing.T) {
-	h, hv := hvTestHost(t, HvSockConfig{})
+	h, hv := hvTestHost(t, Config{})
 	c := tlDial(t, h)
 	for _, v2 := range []bool{false, true} {
 		req := wire.ConnectRequest{Endpoint: wire.ServiceID(40001), Service: wire.ServiceID(9), V2: v2}
@@ -168,7 +169,7 @@ func TestGuestConnectRefusedWithResult(t *testing.T) {
 }
 
 func TestMalformedConnectRequestIsAViolation(t *testing.T) {
-	h, hv := hvTestHost(t, HvSockConfig{})
+	h, hv := hvTestHost(t, Config{})
 	c := tlDial(t, h)
 	bad := wire.ConnectRequest{Endpoint: wire.ServiceID(1), Service: wire.ServiceID(2)}.Marshal()
 	bad[0] = 22
@@ -194,7 +195,7 @@ func TestMalformedConnectRequestIsAViolation(t *testing.T) {
 // progress the host reads the next only after the first is settled (here:
 // its channel opened).
 func TestConnectRequestsAreBackPressured(t *testing.T) {
-	h, hv := hvTestHost(t, HvSockConfig{MaxPendingConnects: 1, GuestOpenTimeout: time.Minute})
+	h, hv := hvTestHost(t, Config{MaxPendingConnects: 1, GuestOpenTimeout: time.Minute})
 	l, _ := hv.Listen(50)
 	defer l.Close()
 	c := tlDial(t, h)
@@ -204,7 +205,7 @@ func TestConnectRequestsAreBackPressured(t *testing.T) {
 	c.Write(b.Marshal())
 	waitFor(t, "the first offer", func() bool { return hv.Stats().Offers == 1 })
 	// The reader parks waiting for a pending slot, not for the socket.
-	testutil.WaitBlocked(t, 0, "(*HvSock).serveTL", "select")
+	testutil.WaitBlocked(t, 0, "(*Host).serveTL", "select")
 	if s := hv.Stats(); s.Requests != 1 || s.Offers != 1 {
 		t.Fatalf("stats %+v: the second request was taken while the first was pending", s)
 	}
@@ -231,7 +232,7 @@ func TestConnectRequestsAreBackPressured(t *testing.T) {
 
 func TestHostConnectOfferInSysfs(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	h, hv := hvTestHost(t, HvSockConfig{Clock: clk}) // the offer stays until the test expires it
+	h, hv := hvTestHost(t, Config{Clock: clk}) // the offer stays until the test expires it
 	errc := make(chan error, 1)
 	go func() {
 		_, err := hv.Connect(context.Background(), 2763)
@@ -264,9 +265,9 @@ func TestHostConnectOfferInSysfs(t *testing.T) {
 }
 
 // frontEnv is a host with the Unix socket front end and a guest listener.
-func frontEnv(t *testing.T) (*Host, *HvSock, string) {
+func frontEnv(t *testing.T) (*bus.Host, *Host, string) {
 	base := filepath.Join(t.TempDir(), "hvsock")
-	h, hv := hvTestHost(t, HvSockConfig{SocketBase: base, HostConnectTimeout: 2 * time.Second})
+	h, hv := hvTestHost(t, Config{SocketBase: base, HostConnectTimeout: 2 * time.Second})
 	return h, hv, base
 }
 

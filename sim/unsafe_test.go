@@ -1,5 +1,0 @@
-package sim
-
-import "unsafe"
-
-func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
