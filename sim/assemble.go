@@ -3,6 +3,7 @@ package sim
 import (
 	"github.com/vmbusd/vmbusd/sim/bus"
 	"github.com/vmbusd/vmbusd/sim/hvsockhost"
+	"github.com/vmbusd/vmbusd/sim/netvsp"
 )
 
 // Host is a simulated Hyper-V host: the bus of package sim/bus (devices,
@@ -33,14 +34,14 @@ func NewTemp(cfg Config) (*Host, error) {
 }
 
 // AddNIC offers a synthetic NIC whose NetVSP runs on this host.
-func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) { return addNIC(h.Host, cfg) }
+func (h *Host) AddNIC(cfg NICConfig) (*NIC, error) { return netvsp.AddNIC(h.Host, cfg) }
 
 // StartHvSock starts the hv_sock host: its transport and front sockets
 // under the root, and an hv_sock channel device for every connection.
 func (h *Host) StartHvSock(cfg HvSockConfig) (*HvSock, error) { return hvsockhost.Start(h.Host, cfg) }
 
 // The hv_sock host's names, as the callers of package sim know them
-// (package sim/hvsockhost documents each).
+// (package sim/hvsockhost documents each under its own name).
 type (
 	HvSock         = hvsockhost.Host
 	HvSockConfig   = hvsockhost.Config
@@ -48,3 +49,6 @@ type (
 	HvSockConn     = hvsockhost.Conn
 	HvSockListener = hvsockhost.Listener
 )
+
+// HvSockMalformed is hvsockhost.Malformed.
+var HvSockMalformed = hvsockhost.Malformed

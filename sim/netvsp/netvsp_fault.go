@@ -1,9 +1,9 @@
-package sim
+package netvsp
 
 // NIC-level faults: host misbehaviour in the NVSP, RNDIS and NDIS data a
 // NetVSP hands its guest, one switch per check a careful guest makes on
 // that data (docs/protocol/netvsc.md §2.5 guest checks, §7 guest 3–7 and host 10; the
-// ring-level faults are Fault, fault.go). Switch them per NIC with
+// ring-level faults are bus.Fault, sim/bus/fault.go). Switch them per NIC with
 // NIC.SetFault; NIC.FaultHits counts how often each took effect.
 //
 // One-shot faults apply to the next message of their kind and then switch

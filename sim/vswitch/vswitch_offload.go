@@ -1,4 +1,4 @@
-package sim
+package vswitch
 
 // Offloads the vSwitch passes on to its port instead of doing them itself.
 // Hyper-V's vSwitch hands a guest's large send (LSOv2) to a physical NIC
@@ -56,110 +56,72 @@ type OffloadPort interface {
 	TransmitOffload(frames [][]byte, offs []FrameOffload)
 }
 
-// offloadPort returns the NIC's port when it takes offloads.
-func (n *NIC) offloadPort() OffloadPort {
-	p := n.port.Load()
-	if p == nil {
-		return nil
-	}
-	if op, ok := (*p).(OffloadPort); ok && op.Offloads() {
-		return op
-	}
-	return nil
-}
-
-// fillLSOLength sets a large send's IP length where the guest left it 0
+// FillLSOLength sets a large send's IP length where the guest left it 0
 // (Linux does, docs/protocol/netvsc.md §3.4): the host takes the frame's length.
-func fillLSOLength(f []byte) {
-	if len(f) < ethHeaderLen+ipv6Header {
+func FillLSOLength(f []byte) {
+	if len(f) < EthHeaderLen+ipv6Header {
 		return
 	}
 	switch be.Uint16(f[12:]) {
-	case ethTypeIPv4:
-		if be.Uint16(f[ethHeaderLen+2:]) == 0 && len(f)-ethHeaderLen <= 0xffff {
-			be.PutUint16(f[ethHeaderLen+2:], uint16(len(f)-ethHeaderLen))
+	case EthTypeIPv4:
+		if be.Uint16(f[EthHeaderLen+2:]) == 0 && len(f)-EthHeaderLen <= 0xffff {
+			be.PutUint16(f[EthHeaderLen+2:], uint16(len(f)-EthHeaderLen))
 		}
-	case ethTypeIPv6:
-		if be.Uint16(f[ethHeaderLen+4:]) == 0 && len(f)-ethHeaderLen-ipv6Header <= 0xffff {
-			be.PutUint16(f[ethHeaderLen+4:], uint16(len(f)-ethHeaderLen-ipv6Header))
+	case EthTypeIPv6:
+		if be.Uint16(f[EthHeaderLen+4:]) == 0 && len(f)-EthHeaderLen-ipv6Header <= 0xffff {
+			be.PutUint16(f[EthHeaderLen+4:], uint16(len(f)-EthHeaderLen-ipv6Header))
 		}
 	}
 }
 
-// addLSOWhole adds a validated large send to the batch whole, for an
-// OffloadPort: IP length and IPv4 header checksum set, the TCP checksum
-// left as the pseudo-header sum. False when the batch has no room.
-func (b *txBatch) addLSOWhole(f []byte, fl flow, mss int) bool {
-	n := fl.l4end
-	o := b.alloc(n)
-	if o == nil {
-		return false
-	}
-	copy(o, f[:n])
-	s := parseFlowAt(o, fl)
-	if !fl.v6 {
-		h := o[fl.l3:fl.l4off]
-		be.PutUint16(h[2:], uint16(n-fl.l3))
-		h[10], h[11] = 0, 0
-		be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
-	} else {
-		be.PutUint16(o[fl.l3+4:], uint16(n-fl.l4off))
-	}
-	t := o[fl.l4off:]
-	be.PutUint16(t[16:], csum.Fold(pseudoSum(&s, ipProtoTCP, len(t))))
-	b.offs[len(b.offs)-1] = FrameOffload{CsumStart: uint16(fl.l4off), CsumOffset: 16, MSS: uint16(mss), IPv6: fl.v6}
-	b.work = true
-	return true
-}
-
-// partialTxChecksum does what applyTxChecksum does, with the same
+// PartialTxChecksum does what ApplyTxChecksum does, with the same
 // checks, but leaves the transport checksum partial for an OffloadPort
 // (the IPv4 header checksum is always computed): it returns the frame's
 // offload.
-func partialTxChecksum(f []byte, c rndis.TxChecksum) (FrameOffload, error) {
-	fl := parseFlow(f)
-	if !fl.ip {
+func PartialTxChecksum(f []byte, c rndis.TxChecksum) (FrameOffload, error) {
+	fl := ParseFlow(f)
+	if !fl.IP {
 		return FrameOffload{}, errOffloadNotIP
 	}
-	if c&rndis.TxChecksumIPHeader != 0 && !fl.v6 {
-		h := f[fl.l3:fl.l4off]
+	if c&rndis.TxChecksumIPHeader != 0 && !fl.V6 {
+		h := f[fl.L3:fl.L4Off]
 		h[10], h[11] = 0, 0
 		be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 	}
 	var proto uint8
 	switch {
 	case c&rndis.TxChecksumTCP != 0:
-		proto = ipProtoTCP
+		proto = IPProtoTCP
 	case c&rndis.TxChecksumUDP != 0:
-		proto = ipProtoUDP
+		proto = IPProtoUDP
 	default:
 		return FrameOffload{}, nil
 	}
-	if fl.l4 != proto {
+	if fl.L4 != proto {
 		return FrameOffload{}, errOffloadTransport
 	}
-	if c.TransportOffset() != fl.l4off {
+	if c.TransportOffset() != fl.L4Off {
 		return FrameOffload{}, errOffloadOffset
 	}
 	at := 16
-	if proto == ipProtoUDP {
+	if proto == IPProtoUDP {
 		at = 6
 	}
-	seg := f[fl.l4off:fl.l4end]
-	be.PutUint16(seg[at:], csum.Fold(pseudoSum(&fl, proto, len(seg))))
-	return FrameOffload{CsumStart: uint16(fl.l4off), CsumOffset: uint16(at)}, nil
+	seg := f[fl.L4Off:fl.L4End]
+	be.PutUint16(seg[at:], csum.Fold(PseudoSum(&fl, proto, len(seg))))
+	return FrameOffload{CsumStart: uint16(fl.L4Off), CsumOffset: uint16(at)}, nil
 }
 
 // segmentUDP cuts a UDP super-frame (the kernel's UDP segmentation
 // offload) into datagrams of mss payload bytes, each with its own IP
 // length and IPv4 id, UDP length and checksum, appending each via add
 // (nil stops it).
-func segmentUDP(f []byte, fl flow, mss int, add func(n int) []byte) {
-	hdrLen := fl.l4off + udpHeader
-	payload := f[hdrLen:fl.l4end]
+func segmentUDP(f []byte, fl Flow, mss int, add func(n int) []byte) {
+	hdrLen := fl.L4Off + udpHeader
+	payload := f[hdrLen:fl.L4End]
 	var id uint16
-	if !fl.v6 {
-		id = be.Uint16(f[fl.l3+4:])
+	if !fl.V6 {
+		id = be.Uint16(f[fl.L3+4:])
 	}
 	for i, off := 0, 0; off < len(payload); i++ {
 		n := min(mss, len(payload)-off)
@@ -169,20 +131,20 @@ func segmentUDP(f []byte, fl flow, mss int, add func(n int) []byte) {
 		}
 		copy(seg, f[:hdrLen])
 		copy(seg[hdrLen:], payload[off:off+n])
-		s := parseFlowAt(seg, fl)
-		if !fl.v6 {
-			h := seg[fl.l3:fl.l4off]
-			be.PutUint16(h[2:], uint16(len(seg)-fl.l3))
+		s := ParseFlowAt(seg, fl)
+		if !fl.V6 {
+			h := seg[fl.L3:fl.L4Off]
+			be.PutUint16(h[2:], uint16(len(seg)-fl.L3))
 			be.PutUint16(h[4:], id+uint16(i))
 			h[10], h[11] = 0, 0
 			be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 		} else {
-			be.PutUint16(seg[fl.l3+4:], uint16(len(seg)-fl.l4off))
+			be.PutUint16(seg[fl.L3+4:], uint16(len(seg)-fl.L4Off))
 		}
-		u := seg[fl.l4off:]
+		u := seg[fl.L4Off:]
 		be.PutUint16(u[4:], uint16(len(u)))
 		u[6], u[7] = 0, 0
-		c := ^csum.Fold(csum.Add(pseudoSum(&s, ipProtoUDP, len(u)), u))
+		c := ^csum.Fold(csum.Add(PseudoSum(&s, IPProtoUDP, len(u)), u))
 		if c == 0 {
 			c = 0xffff
 		}

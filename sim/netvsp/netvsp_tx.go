@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // Guest to host: NVSP SEND_RNDIS_PKT in one of three forms (docs/protocol/netvsc.md §2.7)
 //
@@ -16,17 +16,23 @@ package sim
 // malformed one, which never tears the channel down (openvmm PR #1646).
 
 import (
+	"encoding/binary"
 	"slices"
 
+	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/protoerr"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // maxPacketsPerMessage is the max_pkts_per_msg the host announces in
 // INITIALIZE_CMPLT, and alignFactor its packet alignment (8 bytes), as
 // openvmm (docs/protocol/netvsc.md §3.2).
+// be is network byte order, for the frames the host edits.
+var be = binary.BigEndian
+
 const (
 	maxPacketsPerMessage = 8
 	alignFactor          = 3
@@ -40,31 +46,31 @@ type txBatch struct {
 	slab   []byte
 	used   int
 	frames [][]byte
-	starts []int          // slab offset of each frame's headroom
-	offs   []FrameOffload // work each frame leaves to an OffloadPort
-	work   bool           // some frame has work in offs
+	starts []int                  // slab offset of each frame's headroom
+	offs   []vswitch.FrameOffload // work each frame leaves to an OffloadPort
+	work   bool                   // some frame has work in offs
 }
 
 const txSlab = 512 << 10
 
 func newTxBatch() txBatch {
 	return txBatch{slab: make([]byte, txSlab), frames: make([][]byte, 0, 1024), starts: make([]int, 0, 1024),
-		offs: make([]FrameOffload, 0, 1024)}
+		offs: make([]vswitch.FrameOffload, 0, 1024)}
 }
 
 // alloc returns room for an n-byte untagged frame, or nil when the batch
 // is full.
 func (b *txBatch) alloc(n int) []byte {
-	if b.used+n+vlanTagLen > len(b.slab) || len(b.frames) == cap(b.frames) {
+	if b.used+n+vswitch.VLANTagLen > len(b.slab) || len(b.frames) == cap(b.frames) {
 		return nil
 	}
 	p := b.used
-	b.used += n + vlanTagLen
+	b.used += n + vswitch.VLANTagLen
 	b.used = (b.used + 7) &^ 7
-	f := b.slab[p+vlanTagLen : p+vlanTagLen+n]
+	f := b.slab[p+vswitch.VLANTagLen : p+vswitch.VLANTagLen+n]
 	b.frames = append(b.frames, f)
 	b.starts = append(b.starts, p)
-	b.offs = append(b.offs, FrameOffload{})
+	b.offs = append(b.offs, vswitch.FrameOffload{})
 	return f
 }
 
@@ -84,13 +90,13 @@ func (b *txBatch) room(n, k int) bool {
 func (b *txBatch) tag(i int, tci uint16) {
 	p := b.starts[i]
 	f := b.frames[i]
-	t := b.slab[p : p+len(f)+vlanTagLen]
+	t := b.slab[p : p+len(f)+vswitch.VLANTagLen]
 	copy(t[0:12], f[0:12])
-	be.PutUint16(t[12:], ethTypeVLAN)
+	be.PutUint16(t[12:], vswitch.EthTypeVLAN)
 	be.PutUint16(t[14:], tci)
 	b.frames[i] = t
 	if b.offs[i].CsumStart != 0 {
-		b.offs[i].CsumStart += vlanTagLen
+		b.offs[i].CsumStart += vswitch.VLANTagLen
 	}
 }
 
@@ -295,42 +301,42 @@ func (ch *nicChan) txFrame(pkt *rndis.Packet, cfg *sessCfg) bool {
 		return false
 	}
 	f := pkt.Frame
-	if len(f) < ethHeaderLen {
+	if len(f) < vswitch.EthHeaderLen {
 		return drop("frame shorter than an Ethernet header")
 	}
-	if _, tagged := frameTagged(f); tagged {
+	if _, tagged := vswitch.FrameTagged(f); tagged {
 		// "If it sees a VLAN in the frame the packet is dropped" (docs/protocol/netvsc.md §2.7).
 		return drop("frame with an in-frame 802.1Q tag (the host drops it)")
 	}
 	first := len(ch.tx.frames)
 	op := ss.n.offloadPort()
 	if info.Has&rndis.InfoLSO != 0 {
-		fillLSOLength(f)
-		fl, err := checkLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
+		vswitch.FillLSOLength(f)
+		fl, err := vswitch.CheckLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
 		if err != nil {
 			return drop("bad LSO request: " + err.Error())
 		}
-		if (fl.v6 && !cfg.lso6) || (!fl.v6 && !cfg.lso4) {
+		if (fl.V6 && !cfg.lso6) || (!fl.V6 && !cfg.lso4) {
 			ss.violation("LSO send without LSOv2 enabled in the offload parameters")
 		}
-		if fl.l4off+int(f[fl.l4off+12]>>4)*4+info.LSO.MSS() > cfg.mtu {
+		if fl.L4Off+int(f[fl.L4Off+12]>>4)*4+info.LSO.MSS() > cfg.mtu {
 			return drop("LSO MSS larger than the MTU allows")
 		}
-		hdr := fl.l4off + int(f[fl.l4off+12]>>4)*4
+		hdr := fl.L4Off + int(f[fl.L4Off+12]>>4)*4
 		if op != nil {
-			// The port's wire cuts it (vswitch_offload.go).
+			// The port's wire cuts it (sim/vswitch/vswitch_offload.go).
 			if !ch.tx.addLSOWhole(f, fl, info.LSO.MSS()) {
 				ch.flushTx()
 				first = 0
 				ch.tx.addLSOWhole(f, fl, info.LSO.MSS())
 			}
 		} else {
-			segs := (fl.l4end - hdr + info.LSO.MSS() - 1) / info.LSO.MSS()
-			if !ch.tx.room(fl.l4end-hdr+segs*(hdr+vlanTagLen+8), segs) {
+			segs := (fl.L4End - hdr + info.LSO.MSS() - 1) / info.LSO.MSS()
+			if !ch.tx.room(fl.L4End-hdr+segs*(hdr+vswitch.VLANTagLen+8), segs) {
 				ch.flushTx()
 				first = 0
 			}
-			segmentLSO(f, fl, info.LSO.MSS(), ch.tx.alloc)
+			vswitch.SegmentLSO(f, fl, info.LSO.MSS(), ch.tx.alloc)
 		}
 	} else {
 		if len(f) > cfg.mtu {
@@ -346,12 +352,12 @@ func (ch *nicChan) txFrame(pkt *rndis.Packet, cfg *sessCfg) bool {
 		if info.Has&rndis.InfoChecksum != 0 {
 			var err error
 			if op != nil {
-				var off FrameOffload
-				off, err = partialTxChecksum(o, rndis.TxChecksum(info.Checksum))
+				var off vswitch.FrameOffload
+				off, err = vswitch.PartialTxChecksum(o, rndis.TxChecksum(info.Checksum))
 				ch.tx.offs[len(ch.tx.offs)-1] = off
 				ch.tx.work = ch.tx.work || off.CsumStart != 0
 			} else {
-				err = applyTxChecksum(o, rndis.TxChecksum(info.Checksum))
+				err = vswitch.ApplyTxChecksum(o, rndis.TxChecksum(info.Checksum))
 			}
 			if err != nil {
 				ch.tx.drop()
@@ -373,4 +379,42 @@ func kindOf(err error) string {
 		return pe.Kind.String()
 	}
 	return err.Error()
+}
+
+// offloadPort returns the NIC's port when it takes offloads.
+func (n *NIC) offloadPort() vswitch.OffloadPort {
+	p := n.port.Load()
+	if p == nil {
+		return nil
+	}
+	if op, ok := (*p).(vswitch.OffloadPort); ok && op.Offloads() {
+		return op
+	}
+	return nil
+}
+
+// addLSOWhole adds a validated large send to the batch whole, for an
+// OffloadPort: IP length and IPv4 header checksum set, the TCP checksum
+// left as the pseudo-header sum. False when the batch has no room.
+func (b *txBatch) addLSOWhole(f []byte, fl vswitch.Flow, mss int) bool {
+	n := fl.L4End
+	o := b.alloc(n)
+	if o == nil {
+		return false
+	}
+	copy(o, f[:n])
+	s := vswitch.ParseFlowAt(o, fl)
+	if !fl.V6 {
+		h := o[fl.L3:fl.L4Off]
+		be.PutUint16(h[2:], uint16(n-fl.L3))
+		h[10], h[11] = 0, 0
+		be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
+	} else {
+		be.PutUint16(o[fl.L3+4:], uint16(n-fl.L4Off))
+	}
+	t := o[fl.L4Off:]
+	be.PutUint16(t[16:], csum.Fold(vswitch.PseudoSum(&s, vswitch.IPProtoTCP, len(t))))
+	b.offs[len(b.offs)-1] = vswitch.FrameOffload{CsumStart: uint16(fl.L4Off), CsumOffset: 16, MSS: uint16(mss), IPv6: fl.V6}
+	b.work = true
+	return true
 }

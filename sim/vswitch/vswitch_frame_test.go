@@ -1,4 +1,4 @@
-package sim
+package vswitch
 
 import (
 	"bytes"
@@ -10,42 +10,42 @@ import (
 
 func TestVLANStripAndInsertRoundTrip(t *testing.T) {
 	f := udpFrame([6]byte{1, 2, 3, 4, 5, 6}, [6]byte{7, 8, 9, 10, 11, 12}, 1500, 80)
-	tagged := insertVLAN(nil, f, 0xa123)
-	tci, ok := frameTagged(tagged)
+	tagged := InsertVLAN(nil, f, 0xa123)
+	tci, ok := FrameTagged(tagged)
 	if !ok || tci != 0xa123 || len(tagged) != len(f)+4 {
 		t.Fatalf("tag %#x %v", tci, ok)
 	}
-	if got := stripVLAN(nil, tagged); !bytes.Equal(got, f) {
+	if got := StripVLAN(nil, tagged); !bytes.Equal(got, f) {
 		t.Fatalf("strip: %x", got)
 	}
-	if _, ok := frameTagged(f); ok {
+	if _, ok := FrameTagged(f); ok {
 		t.Fatal("untagged frame reported tagged")
 	}
 }
 
 func TestRxChecksumVerifiesIPTCPAndUDP(t *testing.T) {
 	f := tcpFrame(false, 100)
-	fl := parseFlow(f)
-	if err := applyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader|rndis.TxChecksumTCP, fl.l4off)); err != nil {
+	fl := ParseFlow(f)
+	if err := ApplyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader|rndis.TxChecksumTCP, fl.L4Off)); err != nil {
 		t.Fatal(err)
 	}
-	if c := rxChecksum(f); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
+	if c := RxChecksum(f); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 		t.Errorf("good frame: %#x", c)
 	}
 	f[len(f)-1] ^= 0xff
-	if c := rxChecksum(f); c&rndis.RxChecksumTCPFailed == 0 {
+	if c := RxChecksum(f); c&rndis.RxChecksumTCPFailed == 0 {
 		t.Errorf("corrupted payload: %#x", c)
 	}
 	v6 := tcpFrame(true, 33)
-	fl = parseFlow(v6)
-	if err := applyTxChecksum(v6, rndis.NewTxChecksum(rndis.TxChecksumIPv6|rndis.TxChecksumTCP, fl.l4off)); err != nil {
+	fl = ParseFlow(v6)
+	if err := ApplyTxChecksum(v6, rndis.NewTxChecksum(rndis.TxChecksumIPv6|rndis.TxChecksumTCP, fl.L4Off)); err != nil {
 		t.Fatal(err)
 	}
-	if c := rxChecksum(v6); c != rndis.RxChecksumTCPOK {
+	if c := RxChecksum(v6); c != rndis.RxChecksumTCPOK {
 		t.Errorf("IPv6: %#x", c)
 	}
 	// A checksum request whose offset does not match the frame.
-	if err := applyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumTCP, 10)); err != errOffloadOffset {
+	if err := ApplyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumTCP, 10)); err != errOffloadOffset {
 		t.Errorf("bad offset: %v", err)
 	}
 }
@@ -59,15 +59,15 @@ func TestRSSInputMatchesNDISHashTypes(t *testing.T) {
 	copy(f[30:34], []byte{161, 142, 100, 80})
 	be.PutUint16(f[34:], 2794)
 	be.PutUint16(f[36:], 1766)
-	h, typ, ok := rssInput(key[:], rndis.NDISHashIPv4|rndis.NDISHashTCPIPv4, f)
+	h, typ, ok := RSSInput(key[:], rndis.NDISHashIPv4|rndis.NDISHashTCPIPv4, f)
 	if !ok || typ != rndis.NDISHashTCPIPv4 || h != 0x51ccc178 {
 		t.Errorf("TCP 4-tuple: %#x %#x %v", h, typ, ok)
 	}
-	h, typ, ok = rssInput(key[:], rndis.NDISHashIPv4, f)
+	h, typ, ok = RSSInput(key[:], rndis.NDISHashIPv4, f)
 	if !ok || typ != rndis.NDISHashIPv4 || h != 0x323e8fc2 {
 		t.Errorf("IPv4 2-tuple: %#x %#x %v", h, typ, ok)
 	}
-	if _, _, ok := rssInput(key[:], rndis.NDISHashIPv6, f); ok {
+	if _, _, ok := RSSInput(key[:], rndis.NDISHashIPv6, f); ok {
 		t.Error("IPv4 frame hashed with only IPv6 types")
 	}
 	src, dst := netip.MustParseAddr("66.9.149.187"), netip.MustParseAddr("161.142.100.80")
@@ -80,24 +80,24 @@ func TestSegmentLSOProducesValidSegments(t *testing.T) {
 	f := tcpFrame(false, 3000)
 	var info rndis.PacketInfo
 	info.SetLSO(rndis.NewLSOv2(1000, 34, false))
-	fl, err := checkLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
+	fl, err := CheckLSO(f, info.LSO, rndis.HostLSOv2MaxSize)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var segs [][]byte
-	segmentLSO(f, fl, 1000, func(n int) []byte { s := make([]byte, n); segs = append(segs, s); return s })
+	SegmentLSO(f, fl, 1000, func(n int) []byte { s := make([]byte, n); segs = append(segs, s); return s })
 	if len(segs) != 3 {
 		t.Fatalf("%d segments", len(segs))
 	}
 	for i, s := range segs {
-		if c := rxChecksum(s); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
+		if c := RxChecksum(s); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 			t.Errorf("segment %d checksums %#x", i, c)
 		}
 		if id := be.Uint16(s[18:]); id != 77+uint16(i) {
 			t.Errorf("segment %d IP id %d", i, id)
 		}
 	}
-	if _, err := checkLSO(f, info.LSO, 2000); err != errLSOTooBig {
+	if _, err := CheckLSO(f, info.LSO, 2000); err != errLSOTooBig {
 		t.Errorf("over the host maximum: %v", err)
 	}
 }
@@ -118,7 +118,7 @@ func TestPacketFilter(t *testing.T) {
 		{rndis.NDISPacketTypeDirected | rndis.NDISPacketTypeBroadcast, true, false, true, false},
 		{rndis.NDISPacketTypePromiscuous, true, true, true, true},
 	} {
-		got := [4]bool{filterAccepts(tc.filter, uni, mac), filterAccepts(tc.filter, other, mac), filterAccepts(tc.filter, bcast, mac), filterAccepts(tc.filter, mcast, mac)}
+		got := [4]bool{FilterAccepts(tc.filter, uni, mac), FilterAccepts(tc.filter, other, mac), FilterAccepts(tc.filter, bcast, mac), FilterAccepts(tc.filter, mcast, mac)}
 		if got != [4]bool{tc.uni, tc.other, tc.bcast, tc.mcast} {
 			t.Errorf("filter %#x: %v", tc.filter, got)
 		}

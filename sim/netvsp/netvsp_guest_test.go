@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // A minimal scripted netvsc guest for the NetVSP's tests: raw vmbus
 // channels and the netvsc encoders, nothing of a driver beyond what each
@@ -21,6 +21,8 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -56,14 +58,14 @@ func (p *gpkt) xfer() (set uint16, ranges []xferRange) {
 
 type tguestOpts struct {
 	nic    NICConfig
-	prof   Profile
+	prof   bus.Profile
 	noOpen bool
 	maxPkt int
 }
 
 type tguest struct {
 	t   testing.TB
-	h   *Host
+	h   *bus.Host
 	nic *NIC
 	hd  *vmbus.Handle
 	chs []*vmbus.Channel
@@ -88,7 +90,7 @@ type tguest struct {
 func newTGuest(t testing.TB, o tguestOpts) *tguest {
 	t.Helper()
 	root := t.TempDir()
-	h, err := New(Config{Root: root, Profile: o.prof})
+	h, err := bus.New(bus.Config{Root: root, Profile: o.prof})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func newTGuest(t testing.TB, o tguestOpts) *tguest {
 	if o.nic.GuestMemSize == 0 {
 		o.nic.GuestMemSize = 4 << 20
 	}
-	n, err := h.AddNIC(o.nic)
+	n, err := AddNIC(h, o.nic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +145,8 @@ func (g *tguest) open(maxPkt int) {
 	if g.sendGPADL, g.send, ok = hd.GPADL("send"); !ok {
 		g.t.Fatal("no send map")
 	}
-	if g.nic.Config().Memory == GuestMemFile {
-		f, err := os.OpenFile(filepath.Join(g.h.Root(), GuestMemPath), os.O_RDWR, 0)
+	if g.nic.Config().Memory == bus.GuestMemFile {
+		f, err := os.OpenFile(filepath.Join(g.h.Root(), bus.GuestMemPath), os.O_RDWR, 0)
 		if err != nil {
 			g.t.Fatal(err)
 		}
@@ -519,13 +521,13 @@ func rndisPacket(frame []byte, info *rndis.PacketInfo) []byte {
 type capturePort struct {
 	mu     sync.Mutex
 	frames [][]byte
-	up     Uplink
+	up     vswitch.Uplink
 	more   chan struct{}
 }
 
 func newCapturePort() *capturePort { return &capturePort{more: make(chan struct{}, 1)} }
 
-func (c *capturePort) Connect(up Uplink) error { c.up = up; return nil }
+func (c *capturePort) Connect(up vswitch.Uplink) error { c.up = up; return nil }
 
 func (c *capturePort) Transmit(frames [][]byte) {
 	c.mu.Lock()
@@ -569,9 +571,9 @@ func (c *capturePort) count() int {
 
 // udpFrame builds a UDP/IPv4 frame from src to dst of size bytes.
 func udpFrame(dst, src [6]byte, sport uint16, size int) []byte {
-	g := NewGenerator(GeneratorConfig{SrcMAC: src[:]})
+	g := vswitch.NewGenerator(vswitch.GeneratorConfig{SrcMAC: src[:]})
 	b := make([]byte, size)
-	g.genFrame(b, dst[:], int(sport)-1024, 7)
+	g.Frame(b, dst[:], int(sport)-1024, 7)
 	return b
 }
 

@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // The NetVSP's side of the VF stand-in (vf.go): offering and withdrawing
 // the association on request, and the steps it reports to the stand-in's

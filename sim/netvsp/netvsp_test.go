@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -308,7 +310,7 @@ func TestNetVSPDropsInFrameVLANTagAndInsertsPPITag(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
 	f := udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 4000, 64)
-	tagged := insertVLAN(nil, f, 0x2064)
+	tagged := vswitch.InsertVLAN(nil, f, 0x2064)
 	// In-frame tag: dropped, the send still completes.
 	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(tagged, nil))); st != nvsp.StatusSuccess {
 		t.Errorf("status %v", st)
@@ -347,21 +349,21 @@ func tcpFrame(v6 bool, payload int) []byte {
 	}
 	eth := []byte{2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 8, 0, 0}
 	if v6 {
-		be.PutUint16(eth[12:], ethTypeIPv6)
+		be.PutUint16(eth[12:], vswitch.EthTypeIPv6)
 		ip = make([]byte, 40)
 		ip[0] = 0x60
-		ip[6] = ipProtoTCP
+		ip[6] = vswitch.IPProtoTCP
 		ip[7] = 64
 		ip[23], ip[39] = 1, 2
 		ip[8], ip[24] = 0xfd, 0xfd
 		be.PutUint16(ip[4:], uint16(len(tcp)))
 	} else {
-		be.PutUint16(eth[12:], ethTypeIPv4)
+		be.PutUint16(eth[12:], vswitch.EthTypeIPv4)
 		ip = make([]byte, 20)
 		ip[0] = 0x45
 		be.PutUint16(ip[2:], uint16(20+len(tcp)))
 		be.PutUint16(ip[4:], 77)
-		ip[8], ip[9] = 64, ipProtoTCP
+		ip[8], ip[9] = 64, vswitch.IPProtoTCP
 		copy(ip[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
 	}
 	return slices.Concat(eth, ip, tcp)
@@ -391,17 +393,17 @@ func TestNetVSPSegmentsLSOAndChecksLSORequests(t *testing.T) {
 		segs := g.port.wait(t, before+nseg)[before:]
 		var payload []byte
 		for i, s := range segs {
-			fl := parseFlow(s)
-			if fl.l4 != ipProtoTCP || rxChecksum(s)&(rndis.RxChecksumTCPFailed|rndis.RxChecksumIPFailed) != 0 {
+			fl := vswitch.ParseFlow(s)
+			if fl.L4 != vswitch.IPProtoTCP || vswitch.RxChecksum(s)&(rndis.RxChecksumTCPFailed|rndis.RxChecksumIPFailed) != 0 {
 				t.Fatalf("segment %d: bad headers or checksums", i)
 			}
-			if seq := be.Uint32(s[fl.l4off+4:]); seq != 1000+uint32(len(payload)) {
+			if seq := be.Uint32(s[fl.L4Off+4:]); seq != 1000+uint32(len(payload)) {
 				t.Fatalf("segment %d: seq %d", i, seq)
 			}
-			if psh := s[fl.l4off+13]&0x08 != 0; psh != (i == nseg-1) {
+			if psh := s[fl.L4Off+13]&0x08 != 0; psh != (i == nseg-1) {
 				t.Fatalf("segment %d: PSH %v", i, psh)
 			}
-			payload = append(payload, s[fl.l4off+20:fl.l4end]...)
+			payload = append(payload, s[fl.L4Off+20:fl.L4End]...)
 		}
 		if !bytes.Equal(payload, f[14+l3+20:]) {
 			t.Fatalf("v6=%v: payload not reassembled", v6)
@@ -492,12 +494,12 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 	if st := g.set(rndis.OIDGenReceiveScaleParameters, rndis.NewRSSParameters(hash, key[:], table).Marshal(nil)); st != rndis.StatusSuccess {
 		t.Fatalf("enable: %v", st)
 	}
-	gen := NewGenerator(GeneratorConfig{Flows: 64, Count: 256})
+	gen := vswitch.NewGenerator(vswitch.GeneratorConfig{Flows: 64, Count: 256})
 	mac := g.nic.MAC()
 	var frames [][]byte
 	for i := range 256 {
 		b := make([]byte, 64)
-		frames = append(frames, gen.genFrame(b, mac, i%64, uint64(i)))
+		frames = append(frames, gen.Frame(b, mac, i%64, uint64(i)))
 	}
 	g.nic.Deliver(frames)
 	perCh := map[int]int{}
@@ -512,10 +514,10 @@ func TestNetVSPRSSSpreadsFlowsWithHashPPIAndSendsTable(t *testing.T) {
 					if f.info.Has&(rndis.InfoHashValue|rndis.InfoHashInfo) != rndis.InfoHashValue|rndis.InfoHashInfo {
 						t.Fatalf("no hash PPIs: %+v", f.info)
 					}
-					fl := parseFlow(f.frame)
-					src, _ := netip.AddrFromSlice(fl.src)
-					dst, _ := netip.AddrFromSlice(fl.dst)
-					want := rndis.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.l4off:]), be.Uint16(f.frame[fl.l4off+2:]), true)
+					fl := vswitch.ParseFlow(f.frame)
+					src, _ := netip.AddrFromSlice(fl.Src)
+					dst, _ := netip.AddrFromSlice(fl.Dst)
+					want := rndis.RSSHash(key[:], src, dst, be.Uint16(f.frame[fl.L4Off:]), be.Uint16(f.frame[fl.L4Off+2:]), true)
 					if f.info.HashValue != want || int(table[want%128]) != ch {
 						t.Fatalf("hash %#x on channel %d, want %#x on %d", f.info.HashValue, ch, want, table[want%128])
 					}
@@ -734,7 +736,7 @@ func TestNetVSPReopenStartsAFreshSession(t *testing.T) {
 }
 
 func TestNetVSPProcMemoryModelReadsTheGuestProcess(t *testing.T) {
-	g := newTGuest(t, tguestOpts{nic: NICConfig{Memory: GuestMemProc}})
+	g := newTGuest(t, tguestOpts{nic: NICConfig{Memory: bus.GuestMemProc}})
 	g.handshake(nvsp.Version61)
 	// The guest is this process: its page frame numbers are its virtual
 	// pages.

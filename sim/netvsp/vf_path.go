@@ -1,12 +1,15 @@
-package sim
+package netvsp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 )
 
 // The VF path on the host's side: the vSwitch steering a guest's unicast
@@ -58,14 +61,14 @@ func (v *VF) deliver(ss *nicSession, frames [][]byte) int {
 // the MTU, and a TCP SYN, the first packet of a new flow (Azure's flow
 // table sends a packet it has no flow for to the software switch).
 func vfException(f []byte, mac *[6]byte, mtu int) bool {
-	if len(f) < ethHeaderLen || f[0]&1 != 0 || [6]byte(f[0:6]) != *mac || len(f) > mtu {
+	if len(f) < vswitch.EthHeaderLen || f[0]&1 != 0 || [6]byte(f[0:6]) != *mac || len(f) > mtu {
 		return true
 	}
-	if _, tagged := frameTagged(f); tagged {
+	if _, tagged := vswitch.FrameTagged(f); tagged {
 		return true
 	}
-	fl := parseFlow(f)
-	return fl.ip && fl.l4 == ipProtoTCP && fl.l4off+14 <= len(f) && f[fl.l4off+13]&0x02 != 0
+	fl := vswitch.ParseFlow(f)
+	return fl.IP && fl.L4 == vswitch.IPProtoTCP && fl.L4Off+14 <= len(f) && f[fl.L4Off+13]&0x02 != 0
 }
 
 // vfSocket is an AF_PACKET socket on the host end: it sees what arrives
@@ -114,7 +117,7 @@ func (s *vfSocket) start(v *VF) {
 				// working when the interface comes back.
 				continue
 			}
-			if k < ethHeaderLen {
+			if k < vswitch.EthHeaderLen {
 				continue
 			}
 			v.st.txPackets.Add(1)
@@ -139,4 +142,11 @@ func (s *vfSocket) close() {
 	if s.done != nil {
 		<-s.done
 	}
+}
+
+// htons converts a 16-bit value to network byte order (a socket's protocol).
+func htons(v uint16) uint16 {
+	var b [2]byte
+	be.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
 }

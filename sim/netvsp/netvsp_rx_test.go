@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // One guest open of a NIC: the NVSP state, and one host loop per channel.
 //
@@ -36,6 +36,7 @@ import (
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -106,7 +107,7 @@ type ctlEvent struct {
 	up    bool
 	delay time.Duration
 	due   time.Time
-	ch    *Channel
+	ch    *bus.Channel
 	done  chan struct{} // closed once handled (evVF)
 }
 
@@ -122,7 +123,7 @@ const (
 // the other goroutines.
 type nicSession struct {
 	n      *NIC
-	s      *Session
+	s      *bus.Session
 	ctx    context.Context // ends with the session, or when the primary's loop fails
 	cancel context.CancelFunc
 	log    *slog.Logger
@@ -147,7 +148,7 @@ type nicSession struct {
 	events []ctlEvent
 }
 
-func newNICSession(ctx context.Context, n *NIC, s *Session) (*nicSession, error) {
+func newNICSession(ctx context.Context, n *NIC, s *bus.Session) (*nicSession, error) {
 	ss := &nicSession{n: n, s: s, log: n.log.With("pid", s.GuestPID()), nvBuf: make([]byte, 0, 256)}
 	ss.ctx, ss.cancel = context.WithCancel(ctx)
 	ss.recv, ss.send, ss.recvGPADL, ss.sendGPADL = s.Device().Buffers()
@@ -155,9 +156,9 @@ func newNICSession(ctx context.Context, n *NIC, s *Session) (*nicSession, error)
 		return nil, fmt.Errorf("sim: nic: device has no receive and send buffers")
 	}
 	switch n.cfg.Memory {
-	case GuestMemFile:
+	case bus.GuestMemFile:
 		ss.mem, ss.memErr = bus.OpenFileGuestMemory(n.host.Root())
-	case GuestMemProc:
+	case bus.GuestMemProc:
 		ss.mem, ss.memErr = bus.OpenProcGuestMemory(s.GuestPID())
 	}
 	if ss.memErr != nil {
@@ -257,25 +258,25 @@ func (ss *nicSession) deliver(frames [][]byte) int {
 	chans := ss.channels()
 	queued := 0
 	for _, f := range frames {
-		if !filterAccepts(cfg.filter, f, ss.n.mac) {
+		if !vswitch.FilterAccepts(cfg.filter, f, ss.n.mac) {
 			st.rxFiltered.Add(1)
 			continue
 		}
 		l := len(f)
-		if _, tagged := frameTagged(f); tagged {
-			l -= vlanTagLen
+		if _, tagged := vswitch.FrameTagged(f); tagged {
+			l -= vswitch.VLANTagLen
 		}
-		if l > cfg.mtu || l < ethHeaderLen {
+		if l > cfg.mtu || l < vswitch.EthHeaderLen {
 			st.rxTooBig.Add(1)
 			continue
 		}
 		q, hash, typ := 0, uint32(0), rndis.HashInfo(0)
 		if r := cfg.rss; r != nil {
 			f2 := f
-			if _, tagged := frameTagged(f); tagged {
-				f2 = stripVLAN(nil, f)
+			if _, tagged := vswitch.FrameTagged(f); tagged {
+				f2 = vswitch.StripVLAN(nil, f)
 			}
-			if h, t, ok := rssInput(r.key[:], r.types, f2); ok {
+			if h, t, ok := vswitch.RSSInput(r.key[:], r.types, f2); ok {
 				hash, typ = h, t|rndis.NDISHashFunctionToeplitz
 				q = int(rndis.IndirectionLookup(r.table, h))
 			}
@@ -302,7 +303,7 @@ func (ss *nicSession) deliver(frames [][]byte) int {
 // Stats reads the atomic counters.
 type nicChan struct {
 	ss                *nicSession
-	c                 *Channel
+	c                 *bus.Channel
 	idx               int
 	kick              chan struct{}
 	rxq               frameQueue
@@ -331,7 +332,7 @@ type nicChan struct {
 	rxPackets, rxTransfers, txPackets atomic.Uint64
 }
 
-func newNICChan(ss *nicSession, c *Channel, idx int) *nicChan {
+func newNICChan(ss *nicSession, c *bus.Channel, idx int) *nicChan {
 	return &nicChan{ss: ss, c: c, idx: idx, kick: make(chan struct{}, 1), rxq: newFrameQueue(ss.n.cfg.QueueLen),
 		rndis: make([]byte, 0, 64<<10), xfer: make([]byte, 0, 8+8*nvsp.MaxPacketsPerReceive),
 		xmsg: make([]byte, 0, 64), tx: newTxBatch()}

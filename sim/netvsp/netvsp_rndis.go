@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // RNDIS control messages from the guest (docs/protocol/netvsc.md §3), answered the way
 // openvmm's handle_rndis_control_message / handle_oid_query /
@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 )
 
 // handleRNDISControl serves one RNDIS control message on the primary and
@@ -184,7 +185,7 @@ func (ss *nicSession) query(oid rndis.OID, in []byte) (rndis.Status, []byte) {
 	case rndis.OIDGenHardwareStatus, rndis.OIDGenMediaSupported, rndis.OIDGenMediaInUse:
 		return rndis.StatusSuccess, u32(0) // ready; 802.3
 	case rndis.OIDGenMaximumLookahead, rndis.OIDGenMaximumFrameSize:
-		return rndis.StatusSuccess, u32(uint32(cfg.mtu - ethHeaderLen))
+		return rndis.StatusSuccess, u32(uint32(cfg.mtu - vswitch.EthHeaderLen))
 	case rndis.OIDGenMaximumTotalSize:
 		return rndis.StatusSuccess, u32(uint32(cfg.mtu))
 	case rndis.OIDGenLinkSpeed:

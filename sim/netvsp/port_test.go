@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 import (
 	"bytes"
@@ -13,12 +13,13 @@ import (
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func TestReflectorSendsFramesBackWithMACsSwapped(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
-	r := NewReflector()
+	r := vswitch.NewReflector()
 	if err := g.nic.Attach(r); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestReflectorSendsFramesBackWithMACsSwapped(t *testing.T) {
 func TestPatchConnectsTwoNICs(t *testing.T) {
 	a := newTGuest(t, tguestOpts{})
 	// A second NIC on the same host.
-	n2, err := a.h.AddNIC(NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 1 << 20, WakeTimeout: 20 * time.Millisecond})
+	n2, err := AddNIC(a.h, NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 1 << 20, WakeTimeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestGeneratorSendsFlowsAndSinksGuestFrames(t *testing.T) {
 	g := newTGuest(t, tguestOpts{})
 	g.handshake(nvsp.Version61)
 	g.setFilter(rndis.NDISPacketFilterDefault)
-	gen := NewGenerator(GeneratorConfig{Flows: 4, Sizes: []int{64, 300}, Count: 100})
+	gen := vswitch.NewGenerator(vswitch.GeneratorConfig{Flows: 4, Sizes: []int{64, 300}, Count: 100})
 	if err := g.nic.Attach(gen); err != nil {
 		t.Fatal(err)
 	}
@@ -128,18 +129,18 @@ func (g *tguest) answerPings(ctx context.Context, ip netip.Addr) (answered int) 
 					copy(reply[32:38], fr[22:28])
 					copy(reply[38:42], fr[28:32])
 				}
-			case ethTypeIPv4: // ICMP echo request to ip
-				fl := parseFlow(fr)
-				if fl.ip && fr[fl.l3+9] == 1 && bytes.Equal(fl.dst, a4[:]) && fr[fl.l4off] == 8 {
-					reply = append([]byte(nil), fr[:fl.l4end]...)
+			case vswitch.EthTypeIPv4: // ICMP echo request to ip
+				fl := vswitch.ParseFlow(fr)
+				if fl.IP && fr[fl.L3+9] == 1 && bytes.Equal(fl.Dst, a4[:]) && fr[fl.L4Off] == 8 {
+					reply = append([]byte(nil), fr[:fl.L4End]...)
 					copy(reply[0:6], fr[6:12])
 					copy(reply[6:12], mac[:])
-					copy(reply[fl.l3+12:fl.l3+16], fr[fl.l3+16:fl.l3+20])
-					copy(reply[fl.l3+16:fl.l3+20], fr[fl.l3+12:fl.l3+16])
-					icmp := reply[fl.l4off:]
+					copy(reply[fl.L3+12:fl.L3+16], fr[fl.L3+16:fl.L3+20])
+					copy(reply[fl.L3+16:fl.L3+20], fr[fl.L3+12:fl.L3+16])
+					icmp := reply[fl.L4Off:]
 					icmp[0], icmp[2], icmp[3] = 0, 0, 0
 					be.PutUint16(icmp[2:], ^csum.Fold(csum.Add(0, icmp)))
-					h := reply[fl.l3:fl.l4off]
+					h := reply[fl.L3:fl.L4Off]
 					h[10], h[11] = 0, 0
 					be.PutUint16(h[10:], ^csum.Fold(csum.Add(0, h)))
 					answered++
@@ -175,7 +176,7 @@ func TestTAPAndVethLetKernelToolsPingTheGuest(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ns := fmt.Sprintf("vmbusd-test-%d-%d", os.Getpid(), i)
 			g := newTGuest(t, tguestOpts{})
-			tap, err := NewTAP(TAPConfig{Netns: ns, Name: "vmbt0", Veth: veth, Addr: netip.MustParsePrefix("10.77.0.1/24")})
+			tap, err := vswitch.NewTAP(vswitch.TAPConfig{Netns: ns, Name: "vmbt0", Veth: veth, Addr: netip.MustParsePrefix("10.77.0.1/24")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // The accelerated-networking VF stand-in (docs/uio-contract.md §8). On
 // Azure a synthetic NIC usually comes with an SR-IOV virtual function

@@ -1,4 +1,4 @@
-package sim
+package vswitch
 
 // A port into the kernel: a TAP device, or a veth pair, whose kernel side
 // sits in a named network namespace. Frames the guest sends come out of
@@ -453,7 +453,7 @@ func (t *TAP) takeFrame(r *tapReader, b []byte) {
 		off = int(binary.LittleEndian.Uint16(b[8:]))
 		f = b[vnetHdrLen:]
 	}
-	if len(f) < ethHeaderLen {
+	if len(f) < EthHeaderLen {
 		t.rxDropped.Add(1)
 		return
 	}
@@ -476,13 +476,13 @@ func (t *TAP) takeFrame(r *tapReader, b []byte) {
 		r.frames = append(r.frames, o)
 		return o
 	}
-	fl := parseFlow(f)
+	fl := ParseFlow(f)
 	switch {
-	case gsoSize == 0 || !fl.ip || fl.frag:
+	case gsoSize == 0 || !fl.IP || fl.Frag:
 		t.rxDropped.Add(1)
-	case (gsoType&^vnetGSOECN == vnetGSOTCPv4 && !fl.v6 || gsoType&^vnetGSOECN == vnetGSOTCPv6 && fl.v6) && fl.l4 == ipProtoTCP:
-		segmentLSO(f, fl, gsoSize, add)
-	case gsoType == vnetGSOUDPL4 && fl.l4 == ipProtoUDP:
+	case (gsoType&^vnetGSOECN == vnetGSOTCPv4 && !fl.V6 || gsoType&^vnetGSOECN == vnetGSOTCPv6 && fl.V6) && fl.L4 == IPProtoTCP:
+		SegmentLSO(f, fl, gsoSize, add)
+	case gsoType == vnetGSOUDPL4 && fl.L4 == IPProtoUDP:
 		segmentUDP(f, fl, gsoSize, add)
 	default:
 		t.rxDropped.Add(1)
@@ -493,7 +493,7 @@ func (t *TAP) takeFrame(r *tapReader, b []byte) {
 // holds the pseudo-header sum, the rest of the frame from start is to be
 // added (virtio-net NEEDS_CSUM).
 func finishChecksum(f []byte, start, off int) bool {
-	if start < ethHeaderLen || off < 0 || start+off+2 > len(f) {
+	if start < EthHeaderLen || off < 0 || start+off+2 > len(f) {
 		return false
 	}
 	c := ^csum.Fold(csum.Add(0, f[start:]))
@@ -604,21 +604,21 @@ type lsoSegment struct {
 // without options or over IPv6, untagged, flags ACK or ACK|PSH, a partial
 // checksum (the host's own offload) and some payload.
 func mergeable(f []byte, o FrameOffload, s *lsoSegment) bool {
-	if o.CsumStart == 0 || o.CsumOffset != 16 || len(f) < ethHeaderLen+ipv6Header+tcpMinHeader {
+	if o.CsumStart == 0 || o.CsumOffset != 16 || len(f) < EthHeaderLen+ipv6Header+tcpMinHeader {
 		return false
 	}
 	switch be.Uint16(f[12:]) {
-	case ethTypeIPv4:
-		if f[ethHeaderLen] != 0x45 || f[ethHeaderLen+9] != ipProtoTCP || be.Uint16(f[ethHeaderLen+6:])&0x3fff != 0 ||
-			int(be.Uint16(f[ethHeaderLen+2:])) != len(f)-ethHeaderLen {
+	case EthTypeIPv4:
+		if f[EthHeaderLen] != 0x45 || f[EthHeaderLen+9] != IPProtoTCP || be.Uint16(f[EthHeaderLen+6:])&0x3fff != 0 ||
+			int(be.Uint16(f[EthHeaderLen+2:])) != len(f)-EthHeaderLen {
 			return false
 		}
-		s.l4 = ethHeaderLen + ipv4MinHeader
-	case ethTypeIPv6:
-		if f[ethHeaderLen+6] != ipProtoTCP || int(be.Uint16(f[ethHeaderLen+4:])) != len(f)-ethHeaderLen-ipv6Header {
+		s.l4 = EthHeaderLen + ipv4MinHeader
+	case EthTypeIPv6:
+		if f[EthHeaderLen+6] != IPProtoTCP || int(be.Uint16(f[EthHeaderLen+4:])) != len(f)-EthHeaderLen-ipv6Header {
 			return false
 		}
-		s.l4 = ethHeaderLen + ipv6Header
+		s.l4 = EthHeaderLen + ipv6Header
 	default:
 		return false
 	}
@@ -655,7 +655,7 @@ func mergeRun(frames [][]byte, offs []FrameOffload, i int, w *tapWriter) int {
 	j := i + 1
 	for ; j < len(frames) && !closed && len(w.parts) < tapMaxMerge; j++ {
 		f, o := frames[j], offs[j]
-		if !mergeable(f, o, &s) || s.pl != hs.pl || s.seq != next || total+s.payload+hs.pl-ethHeaderLen > 0xffff ||
+		if !mergeable(f, o, &s) || s.pl != hs.pl || s.seq != next || total+s.payload+hs.pl-EthHeaderLen > 0xffff ||
 			(o.MSS != oh.MSS && !(o.MSS == 0 && s.payload <= mss)) {
 			break
 		}
@@ -680,28 +680,28 @@ func mergeRun(frames [][]byte, offs []FrameOffload, i int, w *tapWriter) int {
 		return j
 	}
 	end := hs.pl + total
-	if hs.l4 == ethHeaderLen+ipv6Header {
-		be.PutUint16(h[ethHeaderLen+4:], uint16(end-hs.l4))
+	if hs.l4 == EthHeaderLen+ipv6Header {
+		be.PutUint16(h[EthHeaderLen+4:], uint16(end-hs.l4))
 	} else {
-		ip := h[ethHeaderLen:hs.l4]
-		be.PutUint16(ip[2:], uint16(end-ethHeaderLen))
+		ip := h[EthHeaderLen:hs.l4]
+		be.PutUint16(ip[2:], uint16(end-EthHeaderLen))
 		ip[10], ip[11] = 0, 0
 		be.PutUint16(ip[10:], ^csum.Fold(csum.Add(0, ip)))
 	}
 	if psh {
 		h[hs.l4+13] |= 0x08
 	}
-	fl := parseFlowAt(h, flow{v6: hs.l4 != ethHeaderLen+ipv4MinHeader, l3: ethHeaderLen})
-	be.PutUint16(h[hs.l4+16:], csum.Fold(pseudoSum(&fl, ipProtoTCP, end-hs.l4)))
-	putVnetHdr(&w.hdr, h, FrameOffload{CsumStart: uint16(hs.l4), CsumOffset: 16, MSS: oh.MSS, IPv6: fl.v6})
+	fl := ParseFlowAt(h, Flow{V6: hs.l4 != EthHeaderLen+ipv4MinHeader, L3: EthHeaderLen})
+	be.PutUint16(h[hs.l4+16:], csum.Fold(PseudoSum(&fl, IPProtoTCP, end-hs.l4)))
+	putVnetHdr(&w.hdr, h, FrameOffload{CsumStart: uint16(hs.l4), CsumOffset: 16, MSS: oh.MSS, IPv6: fl.V6})
 	return j
 }
 
 // sameIPHeader reports whether two frames' IP headers agree in every
 // field but length, id and checksum.
 func sameIPHeader(a, b []byte, l4 int) bool {
-	x, y := a[ethHeaderLen:l4], b[ethHeaderLen:l4]
-	if l4 == ethHeaderLen+ipv6Header {
+	x, y := a[EthHeaderLen:l4], b[EthHeaderLen:l4]
+	if l4 == EthHeaderLen+ipv6Header {
 		return bytes.Equal(x[0:4], y[0:4]) && bytes.Equal(x[6:], y[6:])
 	}
 	return x[1] == y[1] && bytes.Equal(x[6:10], y[6:10]) && bytes.Equal(x[12:], y[12:])

@@ -1,37 +1,13 @@
-package sim
+package vswitch
 
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
 	"testing"
 
 	"github.com/vmbusd/vmbusd/frame/csum"
-	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
-
-// offloadCapture is a capturePort that takes offloads and records them.
-type offloadCapture struct {
-	*capturePort
-	takes bool
-	offs  []FrameOffload
-}
-
-func (c *offloadCapture) Offloads() bool { return c.takes }
-
-func (c *offloadCapture) TransmitOffload(frames [][]byte, offs []FrameOffload) {
-	c.mu.Lock()
-	c.offs = append(c.offs, offs...)
-	c.mu.Unlock()
-	c.Transmit(frames)
-}
-
-func (c *offloadCapture) offloads() []FrameOffload {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.offs)
-}
 
 // finish completes a frame's partial checksum as the port's wire would.
 func finish(f []byte, o FrameOffload) []byte {
@@ -41,111 +17,6 @@ func finish(f []byte, o FrameOffload) []byte {
 		binary.BigEndian.PutUint16(f[at:], ^csum.Fold(csum.Add(0, f[o.CsumStart:])))
 	}
 	return f
-}
-
-func enableLSO(t *testing.T, g *tguest) {
-	t.Helper()
-	p := rndis.OffloadParameters{Header: rndis.OffloadParametersHeader(g.version), LSOv2IPv4: rndis.NDISOffloadParametersEnabled, LSOv2IPv6: rndis.NDISOffloadParametersEnabled,
-		TCPIPv4Checksum: rndis.NDISOffloadParametersTxRxEnabled, TCPIPv6Checksum: rndis.NDISOffloadParametersTxRxEnabled}
-	if st := g.set(rndis.OIDTCPOffloadParameters, p.Marshal(nil)); st != rndis.StatusSuccess {
-		t.Fatalf("offload parameters: %v", st)
-	}
-}
-
-// TestOffloadPortTakesLargeSendsWhole: a port that takes offloads gets a
-// guest's large send as one frame (IP length filled in where Linux left
-// it 0, IPv4 header checksum done, the TCP checksum left partial) with
-// its MSS, and a checksum request as a partial checksum; the host's
-// checks still apply, and it counts the segments the wire will carry.
-func TestOffloadPortTakesLargeSendsWhole(t *testing.T) {
-	g := newTGuest(t, tguestOpts{})
-	port := &offloadCapture{capturePort: newCapturePort(), takes: true}
-	if err := g.nic.Attach(port); err != nil {
-		t.Fatal(err)
-	}
-	g.handshake(nvsp.Version61)
-	g.setFilter(rndis.NDISPacketFilterDefault)
-	enableLSO(t, g)
-	sent := 0
-	for _, v6 := range []bool{false, true} {
-		f := tcpFrame(v6, 5000)
-		l4 := 34
-		if v6 {
-			l4 = 54
-		} else {
-			f[16], f[17] = 0, 0 // Linux leaves a large send's IP length 0
-		}
-		var info rndis.PacketInfo
-		info.SetLSO(rndis.NewLSOv2(1400, l4, v6))
-		if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
-			t.Fatalf("LSO send: %v", st)
-		}
-		sent++
-		got := port.wait(t, sent)[sent-1]
-		o := port.offloads()[sent-1]
-		if o != (FrameOffload{CsumStart: uint16(l4), CsumOffset: 16, MSS: 1400, IPv6: v6}) {
-			t.Fatalf("v6 %v: offload %+v", v6, o)
-		}
-		if len(got) != len(f) || rxChecksum(finish(got, o))&(rndis.RxChecksumTCPFailed|rndis.RxChecksumIPFailed) != 0 {
-			t.Fatalf("v6 %v: super-frame of %d bytes, checksums %#x after the wire's", v6, len(got), rxChecksum(finish(got, o)))
-		}
-		if !bytes.Equal(got[l4+20:], f[l4+20:]) {
-			t.Fatalf("v6 %v: payload changed", v6)
-		}
-		if got := o.Segments(got); got != 4 {
-			t.Errorf("v6 %v: %d segments, want 4", v6, got)
-		}
-	}
-	if st := g.nic.Stats(); st.TxPackets != 8 {
-		t.Errorf("host counted %d packets, want the 8 segments", st.TxPackets)
-	}
-	// A checksum request: partial, the IPv4 header checksum done.
-	f := tcpFrame(false, 300)
-	var info rndis.PacketInfo
-	info.SetChecksum(uint32(rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader|rndis.TxChecksumTCP, 34)))
-	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(f, &info)))
-	got := port.wait(t, 3)[2]
-	o := port.offloads()[2]
-	if o != (FrameOffload{CsumStart: 34, CsumOffset: 16}) || rxChecksum(finish(got, o)) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
-		t.Errorf("checksum request: offload %+v, checksums %#x", o, rxChecksum(finish(got, o)))
-	}
-	// A batch of frames with nothing to do goes through Transmit.
-	g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, rndisPacket(udpFrame([6]byte{2, 0, 0, 0, 0, 9}, [6]byte{2, 0, 0, 0, 0, 8}, 2000, 100), nil)))
-	port.wait(t, 4)
-	if n := len(port.offloads()); n != 3 {
-		t.Errorf("%d frames through TransmitOffload, want 3", n)
-	}
-	g.noViolations()
-}
-
-// TestPortWithoutOffloadsGetsSegments: the same large send (IP length 0,
-// as Linux sends it) to a port that takes no offloads arrives cut into
-// valid segments.
-func TestPortWithoutOffloadsGetsSegments(t *testing.T) {
-	g := newTGuest(t, tguestOpts{})
-	port := &offloadCapture{capturePort: newCapturePort(), takes: false}
-	g.nic.Attach(port)
-	g.handshake(nvsp.Version61)
-	g.setFilter(rndis.NDISPacketFilterDefault)
-	enableLSO(t, g)
-	f := tcpFrame(false, 5000)
-	f[16], f[17] = 0, 0
-	var info rndis.PacketInfo
-	info.SetLSO(rndis.NewLSOv2(1400, 34, false))
-	if st := g.sendStatus(0, g.sendGPA(0, nvsp.RMCData, gpaPage, rndisPacket(f, &info))); st != nvsp.StatusSuccess {
-		t.Fatalf("LSO send: %v", st)
-	}
-	var payload []byte
-	for i, s := range port.wait(t, 4) {
-		if rxChecksum(s) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
-			t.Fatalf("segment %d: checksums %#x", i, rxChecksum(s))
-		}
-		payload = append(payload, s[54:]...)
-	}
-	if !bytes.Equal(payload, f[54:]) || len(port.offloads()) != 0 {
-		t.Fatalf("payload not reassembled, or offloads handed over (%d)", len(port.offloads()))
-	}
-	g.noViolations()
 }
 
 // vnetFrame puts a virtio-net header in front of f.
@@ -162,9 +33,9 @@ func vnetFrame(flags, gsoType uint8, gsoSize, start, off int, f []byte) []byte {
 // the kernel hands it to a TAP with NEEDS_CSUM.
 func partialTCP(f []byte) []byte {
 	f = bytes.Clone(f)
-	fl := parseFlow(f)
-	seg := f[fl.l4off:fl.l4end]
-	be.PutUint16(seg[16:], csum.Fold(pseudoSum(&fl, ipProtoTCP, len(seg))))
+	fl := ParseFlow(f)
+	seg := f[fl.L4Off:fl.L4End]
+	be.PutUint16(seg[16:], csum.Fold(PseudoSum(&fl, IPProtoTCP, len(seg))))
 	return f
 }
 
@@ -179,15 +50,15 @@ func TestTAPPortCutsKernelSuperFrames(t *testing.T) {
 		tp.takeFrame(r, r.slab[r.pos:r.pos+len(b)])
 	}
 	big := tcpFrame(false, 10000)
-	applyTxChecksum(big, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader, 34))
+	ApplyTxChecksum(big, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader, 34))
 	read(vnetFrame(vnetNeedsCsum, vnetGSOTCPv4, 1460, 34, 16, partialTCP(big)))
 	if len(r.frames) != 7 {
 		t.Fatalf("%d frames from a 10000-byte super-frame at MSS 1460", len(r.frames))
 	}
 	var payload []byte
 	for i, s := range r.frames {
-		if len(s) > 1514 || rxChecksum(s) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
-			t.Fatalf("segment %d: %d bytes, checksums %#x", i, len(s), rxChecksum(s))
+		if len(s) > 1514 || RxChecksum(s) != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
+			t.Fatalf("segment %d: %d bytes, checksums %#x", i, len(s), RxChecksum(s))
 		}
 		payload = append(payload, s[54:]...)
 	}
@@ -196,7 +67,7 @@ func TestTAPPortCutsKernelSuperFrames(t *testing.T) {
 	}
 	small := tcpFrame(true, 100)
 	read(vnetFrame(vnetNeedsCsum, vnetGSONone, 0, 54, 16, partialTCP(small)))
-	if n := len(r.frames); n != 8 || rxChecksum(r.frames[7]) != rndis.RxChecksumTCPOK {
+	if n := len(r.frames); n != 8 || RxChecksum(r.frames[7]) != rndis.RxChecksumTCPOK {
 		t.Fatalf("partial checksum not finished (%d frames)", n)
 	}
 	for _, bad := range [][]byte{
@@ -247,7 +118,7 @@ func piece(seq uint32, flags uint8, payload int) []byte {
 	for i := 54; i < len(f); i++ {
 		f[i] = byte(seq) + byte(i)
 	}
-	applyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader, 34))
+	ApplyTxChecksum(f, rndis.NewTxChecksum(rndis.TxChecksumIPv4|rndis.TxChecksumIPHeader, 34))
 	return partialTCP(f)
 }
 
@@ -317,7 +188,7 @@ func TestTAPPortMergesALargeSendsPieces(t *testing.T) {
 				var h [vnetHdrLen]byte
 				copy(h[:], w.hdr[:])
 				o := FrameOffload{CsumStart: binary.LittleEndian.Uint16(h[6:]), CsumOffset: binary.LittleEndian.Uint16(h[8:]), MSS: binary.LittleEndian.Uint16(h[4:])}
-				if c := rxChecksum(finish(f, o)); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
+				if c := RxChecksum(finish(f, o)); c != rndis.RxChecksumIPOK|rndis.RxChecksumTCPOK {
 					t.Fatalf("write %d: checksums %#x", len(got), c)
 				}
 				if j-i > 1 && (h[1] != vnetGSOTCPv4 || o.MSS != mss) {

@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // Host to guest: frames from the vSwitch wait in their channel's queue,
 // then go out as transfer-page packets over receive-buffer sub-allocations
@@ -21,6 +21,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -261,12 +262,12 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 		s := ch.rxq.at(head + uint64(n))
 		fr := s.buf
 		var info rndis.PacketInfo
-		if tci, tagged := frameTagged(fr); tagged {
-			ch.vlanBuf = stripVLAN(ch.vlanBuf, fr)
+		if tci, tagged := vswitch.FrameTagged(fr); tagged {
+			ch.vlanBuf = vswitch.StripVLAN(ch.vlanBuf, fr)
 			fr = ch.vlanBuf
 			info.SetVLAN(rndis.VLANInfoFromTCI(tci))
 		}
-		info.SetChecksum(uint32(rxChecksum(fr)))
+		info.SetChecksum(uint32(vswitch.RxChecksum(fr)))
 		if s.typ != 0 {
 			info.SetHashValue(s.hash)
 			info.SetHashInfo(s.typ)

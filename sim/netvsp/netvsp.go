@@ -1,15 +1,15 @@
-package sim
+package netvsp
 
 // NetVSP: the host side of a Hyper-V synthetic NIC (docs/protocol/netvsc.md is the
 // specification; openvmm's netvsp and what DPDK 22.11 and Linux do on the
 // wire are the evidence). A NIC is a VMBus device of the network class
 // whose Service speaks NVSP and RNDIS to the guest and connects it to a
-// vSwitch port (vswitch.go).
+// vSwitch port (package sim/vswitch).
 //
 // Per guest open of the device (a session) the NetVSP goes through the
 // states below, in the order the reference fixes (§2.5, §7 guest 2). Every
 // message out of order, on the wrong channel, or malformed is a protocol
-// violation the host counts (Host.Violations; the kinds are listed in
+// violation the host counts (bus.Host.Violations; the kinds are listed in
 // netvsp_nvsp.go). The host stays lenient where the real one is (§7 host
 // 1): 28- or 40-byte NVSP messages, NDIS_VERSION/NDIS_CONFIG completed only
 // when a completion was requested, malformed RNDIS completed with a
@@ -54,6 +54,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -124,7 +125,7 @@ type NICConfig struct {
 	// Azure's take up to 15 s).
 	ControlDelay time.Duration
 	// Memory chooses where GPA-direct ranges are read from.
-	Memory MemoryModel
+	Memory bus.MemoryModel
 	// GuestMemSize is the least size R/dev/guestmem is created with
 	// (GuestMemFile); 0 means DefaultGuestMemSize.
 	GuestMemSize int64
@@ -178,18 +179,18 @@ const (
 
 // NIC is a simulated synthetic NIC: a network-class VMBus device, its
 // NetVSP and its vSwitch port. Safe for concurrent use; made by
-// Host.AddNIC. It lives until Remove or the host's Close (which closes its
+// AddNIC. It lives until Remove or the host's Close (which closes its
 // port).
 type NIC struct {
 	host *bus.Host
-	dev  *Device
+	dev  *bus.Device
 	cfg  NICConfig
 	mac  [6]byte
 	log  *slog.Logger
 
 	faults   nicFaults
 	ctlDelay atomic.Int64 // ControlDelay, changed by SetControlDelay
-	port     atomic.Pointer[Port]
+	port     atomic.Pointer[vswitch.Port]
 	sess     atomic.Pointer[nicSession]
 	vf       *VF // the VF stand-in, or nil
 
@@ -206,8 +207,9 @@ type NIC struct {
 	done      chan struct{}
 }
 
-// AddNIC offers a synthetic NIC bound to uio_hv_generic.
-func addNIC(h *bus.Host, cfg NICConfig) (*NIC, error) {
+// AddNIC offers a synthetic NIC on h, bound to uio_hv_generic, with its
+// NetVSP running on the host end.
+func AddNIC(h *bus.Host, cfg NICConfig) (*NIC, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -219,16 +221,16 @@ func addNIC(h *bus.Host, cfg NICConfig) (*NIC, error) {
 	for _, f := range cfg.Faults {
 		n.faults.set(f, true)
 	}
-	if cfg.Memory == GuestMemFile {
+	if cfg.Memory == bus.GuestMemFile {
 		size := cfg.GuestMemSize
 		if size == 0 {
-			size = DefaultGuestMemSize
+			size = bus.DefaultGuestMemSize
 		}
 		if err := bus.EnsureGuestMemFile(h.Root(), size); err != nil {
 			return nil, err
 		}
 	}
-	d, err := h.AddDevice(DeviceConfig{
+	d, err := h.AddDevice(bus.DeviceConfig{
 		Class: vmbus.ClassNetwork, Instance: cfg.Instance, NotMonitored: cfg.NotMonitored,
 		RingSize: cfg.RingSize, SubchannelRingSize: cfg.SubchannelRingSize,
 		RecvBuffer: cfg.RecvBuffer, SendBuffer: cfg.SendBuffer, Service: n,
@@ -271,8 +273,8 @@ func (c *NICConfig) fill() error {
 	if c.MTU == 0 {
 		c.MTU = 1500
 	}
-	if c.MTU < 68 || c.MTU+ethHeaderLen > maxNDISMTU {
-		return fmt.Errorf("sim: nic: MTU %d out of range 68..%d", c.MTU, maxNDISMTU-ethHeaderLen)
+	if c.MTU < 68 || c.MTU+vswitch.EthHeaderLen > maxNDISMTU {
+		return fmt.Errorf("sim: nic: MTU %d out of range 68..%d", c.MTU, maxNDISMTU-vswitch.EthHeaderLen)
 	}
 	if c.MaxQueues == 0 {
 		c.MaxQueues = DefaultMaxQueues
@@ -284,10 +286,10 @@ func (c *NICConfig) fill() error {
 		return fmt.Errorf("sim: nic: NeverOpen %d", c.NeverOpen)
 	}
 	if c.RecvBuffer == 0 {
-		c.RecvBuffer = DefaultRecvBuffer
+		c.RecvBuffer = bus.DefaultRecvBuffer
 	}
 	if c.SendBuffer == 0 {
-		c.SendBuffer = DefaultSendBuffer
+		c.SendBuffer = bus.DefaultSendBuffer
 	}
 	if c.RecvSectionSize == 0 {
 		c.RecvSectionSize = DefaultRecvSectionSize
@@ -332,14 +334,14 @@ func (c *NICConfig) fill() error {
 	if c.WakeTimeout == 0 {
 		c.WakeTimeout = defaultNICWakeTimeout
 	}
-	if c.Memory != GuestMemFile && c.Memory != GuestMemProc {
+	if c.Memory != bus.GuestMemFile && c.Memory != bus.GuestMemProc {
 		return fmt.Errorf("sim: nic: unknown memory model %d", c.Memory)
 	}
 	return nil
 }
 
 // Device returns the NIC's VMBus device.
-func (n *NIC) Device() *Device { return n.dev }
+func (n *NIC) Device() *bus.Device { return n.dev }
 
 // MAC returns the guest's permanent MAC address (Uplink).
 func (n *NIC) MAC() net.HardwareAddr { return net.HardwareAddr(slices.Clone(n.mac[:])) }
@@ -353,7 +355,7 @@ func (n *NIC) Config() NICConfig { return n.cfg }
 // Attach connects the NIC's vSwitch port to p, closing the port attached
 // before, if any. Frames the guest sends before a port is attached are
 // counted and dropped.
-func (n *NIC) Attach(p Port) error {
+func (n *NIC) Attach(p vswitch.Port) error {
 	if err := p.Connect(n); err != nil {
 		return err
 	}
@@ -389,7 +391,7 @@ func (n *NIC) stop() {
 }
 
 // Serve implements Service: one guest open of the NIC.
-func (n *NIC) Serve(ctx context.Context, s *Session) error {
+func (n *NIC) Serve(ctx context.Context, s *bus.Session) error {
 	ss, err := newNICSession(ctx, n, s)
 	if err != nil {
 		n.log.Warn("netvsp session refused", "err", err)
@@ -430,13 +432,13 @@ func (n *NIC) transmitBatch(b *txBatch) {
 		return
 	}
 	if b.work {
-		if op, ok := (*p).(OffloadPort); ok {
+		if op, ok := (*p).(vswitch.OffloadPort); ok {
 			op.TransmitOffload(frames, b.offs)
 			return
 		}
 		k := 0
 		for i, f := range frames {
-			if b.offs[i] == (FrameOffload{}) {
+			if b.offs[i] == (vswitch.FrameOffload{}) {
 				frames[k] = f
 				k++
 			}
@@ -654,4 +656,13 @@ func (s *nicCounters) chanAdd(idx int, f func(c *ChannelCounters)) {
 	}
 	f(&s.chans[idx])
 	s.mu.Unlock()
+}
+
+// Patch connects two NICs' ports to each other.
+func Patch(a, b *NIC) error {
+	pa, pb := vswitch.PatchPorts()
+	if err := a.Attach(pa); err != nil {
+		return err
+	}
+	return b.Attach(pb)
 }

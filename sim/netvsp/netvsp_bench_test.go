@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // Benchmarks of the simulated host's data path against a lean scripted
 // guest: host to guest from a generator port, guest to host into a sink.
@@ -12,12 +12,14 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 func benchGuest(b *testing.B) *tguest {
-	g := newTGuest(b, tguestOpts{nic: NICConfig{RecvBuffer: DefaultRecvBuffer, SendBuffer: DefaultSendBuffer,
-		RingSize: DefaultRingSize, SubchannelRingSize: DefaultRingSize, MaxQueues: 1}})
+	g := newTGuest(b, tguestOpts{nic: NICConfig{RecvBuffer: bus.DefaultRecvBuffer, SendBuffer: bus.DefaultSendBuffer,
+		RingSize: bus.DefaultRingSize, SubchannelRingSize: bus.DefaultRingSize, MaxQueues: 1}})
 	g.handshake(nvsp.Version61)
 	g.setFilter(rndis.NDISPacketFilterDefault)
 	return g
@@ -47,7 +49,7 @@ func BenchmarkNetVSPHostToGuest(b *testing.B) {
 			c := g.chs[0]
 			ack := nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)
 			ctx := context.Background()
-			gen := NewGenerator(GeneratorConfig{Sizes: []int{size}, Count: uint64(b.N), Flows: 64, Batch: 64})
+			gen := vswitch.NewGenerator(vswitch.GeneratorConfig{Sizes: []int{size}, Count: uint64(b.N), Flows: 64, Batch: 64})
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -94,7 +96,7 @@ func BenchmarkNetVSPGuestToHost(b *testing.B) {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
 			g := benchGuest(b)
 			c := g.chs[0]
-			sink := NewGenerator(GeneratorConfig{Idle: true})
+			sink := vswitch.NewGenerator(vswitch.GeneratorConfig{Idle: true})
 			if err := g.nic.Attach(sink); err != nil {
 				b.Fatal(err)
 			}

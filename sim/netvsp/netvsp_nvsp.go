@@ -1,9 +1,9 @@
-package sim
+package netvsp
 
 // NVSP messages from the guest, on the primary channel (docs/protocol/netvsc.md §2).
 //
 // Protocol violations a guest can commit against the NetVSP, counted under
-// "netvsp: <kind>" in Host.Violations (strict checking per the reference;
+// "netvsp: <kind>" in bus.Host.Violations (strict checking per the reference;
 // the host carries on as the real one would, usually by completing with a
 // failure status):
 //
@@ -45,6 +45,8 @@ import (
 	"time"
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
+	"github.com/vmbusd/vmbusd/sim/bus"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -143,7 +145,7 @@ func (ss *nicSession) handleNVSP(ch *nicChan, p *vmbus.Packet, t nvsp.Type) erro
 		if mtu < minNDISMTU || mtu > maxNDISMTU {
 			mtu = minNDISMTU // "As in the vmswitch" (openvmm)
 		}
-		mtu = min(mtu, ss.n.cfg.MTU+ethHeaderLen)
+		mtu = min(mtu, ss.n.cfg.MTU+vswitch.EthHeaderLen)
 		ss.publish(func(c *sessCfg) { c.mtu, c.caps = mtu, m.Capabilities })
 		return ss.emptyComplete(ch, p)
 
@@ -372,9 +374,9 @@ func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *nvsp.Subchann
 	if grant == 0 {
 		return nil
 	}
-	offers := make([]SubchannelOffer, grant)
+	offers := make([]bus.SubchannelOffer, grant)
 	for i := range offers {
-		offers[i] = SubchannelOffer{Delay: time.Duration(i+1) * n.cfg.SubchannelDelay, NeverOpens: i >= grant-n.cfg.NeverOpen}
+		offers[i] = bus.SubchannelOffer{Delay: time.Duration(i+1) * n.cfg.SubchannelDelay, NeverOpens: i >= grant-n.cfg.NeverOpen}
 	}
 	opened := ss.s.OfferSubchannels(offers)
 	ss.wg.Add(1)

@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
+	"github.com/vmbusd/vmbusd/sim/vswitch"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -115,7 +116,7 @@ func vfTCPFrame(dst, src [6]byte, flags byte) []byte {
 	copy(f[6:12], src[:])
 	f[12], f[13] = 0x08, 0x00
 	ip := f[14:]
-	ip[0], ip[2], ip[3], ip[8], ip[9] = 0x45, 0, 40, 64, ipProtoTCP
+	ip[0], ip[2], ip[3], ip[8], ip[9] = 0x45, 0, 40, 64, vswitch.IPProtoTCP
 	copy(ip[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
 	tcp := ip[20:]
 	tcp[0], tcp[1], tcp[2], tcp[3] = 0x30, 0x39, 0x00, 0x50

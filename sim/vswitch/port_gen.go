@@ -1,4 +1,4 @@
-package sim
+package vswitch
 
 // A traffic generator and sink port for benchmarks: it sends UDP/IPv4
 // frames to the guest (flows, sizes, rate, count) and counts what the
@@ -123,18 +123,18 @@ func (g *Generator) Stats() GeneratorStats {
 		Received: g.received.Load(), ReceivedBytes: g.receivedBytes.Load()}
 }
 
-// genFrame writes a UDP/IPv4 frame of size bytes for flow into b.
-func (g *Generator) genFrame(b []byte, mac net.HardwareAddr, flow int, seq uint64) []byte {
+// Frame writes a UDP/IPv4 frame of size bytes for flow into b.
+func (g *Generator) Frame(b []byte, mac net.HardwareAddr, flow int, seq uint64) []byte {
 	size := len(b)
 	copy(b[0:6], mac)
 	copy(b[6:12], g.cfg.SrcMAC)
-	be.PutUint16(b[12:], ethTypeIPv4)
-	ip := b[ethHeaderLen:]
+	be.PutUint16(b[12:], EthTypeIPv4)
+	ip := b[EthHeaderLen:]
 	clear(ip[:28])
 	ip[0] = 0x45
-	be.PutUint16(ip[2:], uint16(size-ethHeaderLen))
+	be.PutUint16(ip[2:], uint16(size-EthHeaderLen))
 	ip[8] = 64
-	ip[9] = ipProtoUDP
+	ip[9] = IPProtoUDP
 	s, d := g.cfg.SrcIP.As4(), g.cfg.DstIP.As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
@@ -142,7 +142,7 @@ func (g *Generator) genFrame(b []byte, mac net.HardwareAddr, flow int, seq uint6
 	u := ip[20:]
 	be.PutUint16(u[0:], uint16(1024+flow))
 	be.PutUint16(u[2:], 9) // discard
-	be.PutUint16(u[4:], uint16(size-ethHeaderLen-20))
+	be.PutUint16(u[4:], uint16(size-EthHeaderLen-20))
 	if len(u) >= 16 {
 		binary.BigEndian.PutUint64(u[8:], seq)
 	}
@@ -186,7 +186,7 @@ func (g *Generator) runSend() {
 			if cap(bufs[i]) < size {
 				bufs[i] = make([]byte, size)
 			}
-			frames = append(frames, g.genFrame(bufs[i][:size], mac, int(seq)%g.cfg.Flows, seq))
+			frames = append(frames, g.Frame(bufs[i][:size], mac, int(seq)%g.cfg.Flows, seq))
 			seq++
 		}
 		got := g.up.Deliver(frames)

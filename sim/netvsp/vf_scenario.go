@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // VF scenarios: the ways a real host takes an accelerated-networking VF
 // away and brings it back, each one a sequence of the stand-in's steps

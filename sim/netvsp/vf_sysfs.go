@@ -1,4 +1,4 @@
-package sim
+package netvsp
 
 // The VF's PCI picture under R, laid out as Linux shows a Hyper-V PCI
 // pass-through device (docs/uio-contract.md §8):

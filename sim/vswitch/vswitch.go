@@ -1,4 +1,4 @@
-package sim
+package vswitch
 
 // The simulated vSwitch: every NIC has one port, and the port is connected
 // to one of (NIC.Attach):
@@ -110,15 +110,6 @@ func PatchPorts() (Port, Port) {
 	a, b := &patchEnd{}, &patchEnd{}
 	a.peer, b.peer = b, a
 	return a, b
-}
-
-// Patch connects two NICs' ports to each other.
-func Patch(a, b *NIC) error {
-	pa, pb := PatchPorts()
-	if err := a.Attach(pa); err != nil {
-		return err
-	}
-	return b.Attach(pb)
 }
 
 type patchEnd struct {
