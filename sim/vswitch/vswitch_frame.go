@@ -16,6 +16,8 @@ import (
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
+// Ethernet and IP header facts the frame work parses with; the exported
+// ones are the NetVSP's too.
 const (
 	EthHeaderLen  = 14
 	EthTypeIPv4   = 0x0800
