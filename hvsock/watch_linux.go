@@ -26,7 +26,7 @@ import (
 // if_instance (the endpoint id), the TLNPI flag and, in its pipe area,
 // whether the host initiated the connection (docs/protocol/hvsock.md §1.2). sysfs shows
 // the first two as class_id and device_id; the simulated host adds
-// chn_flags and is_for_guest_accept for the other two (sim/hvsock.go).
+// chn_flags and is_for_guest_accept for the other two (sim/hvsockhost/hvsock.go).
 //
 // One watcher per root follows the directory for every listener and dialer
 // of the process: inotify when the file system supports it, and a rescan

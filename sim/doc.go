@@ -4,25 +4,31 @@
 // host's rules as the references describe them, so that passing against it
 // means working on Azure.
 //
-// It owns:
+// It is split by role; the imports point down only:
 //
-//   - a sysfs tree laid out byte for byte like the real one under a root
-//     directory R (sysfs.go), and R/proc/sys/kernel/osrelease for the
-//     kernel profile (profile.go: legacy, 6.10, 6.16, 6.18);
-//   - the uio contract of docs/uio-contract.md: R/dev/uioN is a SOCK_SEQPACKET socket
-//     that hands the guest one memfd per map and carries the 4-byte
-//     interrupt counts and irqcontrol writes (devnode.go);
-//   - device offers and rescinds, sessions (one per open, with fresh
-//     rings), asynchronous sub-channel offers (device.go, session.go);
-//   - the host end of every channel, running package vmbus's ring code from
-//     the other side: masked while draining, re-checked after unmasking,
-//     interrupts only on empty to non-empty with the guest's mask clear,
-//     pending_send_sz honoured, the monitor page scanned at the latency the
-//     guest sets (host.go, channel.go);
-//   - the services behind devices: the test class's echo (echo.go), the
-//     NetVSP and vSwitch, hv_sock endpoints;
-//   - fault injection for every check a careful guest makes (fault.go).
+//	sim               Host: the assembled host (New, NewTemp, AddNIC,
+//	                  StartHvSock) and the other packages' names as
+//	                  aliases, the API the tests, benchmarks and cmd/ use
+//	sim/netvsp        the NetVSP behind synthetic NICs, and the
+//	                  accelerated-networking VF stand-in
+//	sim/hvsockhost    the hv_sock host: connect requests, listeners,
+//	                  connections, the Unix socket front end
+//	sim/vswitch       ports (patch, TAP, generator, reflector) and the
+//	                  frame work of the switch port (VLAN, filter, RSS
+//	                  flow, checksums, LSO)
+//	sim/bus           the core: the sysfs tree, the uio contract of
+//	                  docs/uio-contract.md (the R/dev/uioN socket), the
+//	                  driver model and kernel profiles, device offers and
+//	                  rescinds, sessions and the host end of every channel
+//	                  (masked while draining, interrupts only on empty to
+//	                  non-empty, pending_send_sz, the monitor page), guest
+//	                  memory, ring faults and the test class's echo
+//
+// netvsp imports vswitch and bus; hvsockhost imports bus; vswitch and bus
+// import neither the other roles nor sim. Each package's doc says what it
+// models and which host rules it enforces.
 //
 // It knows nothing of the guest's internals: guest packages never import
-// it outside tests.
+// it outside tests, and no package under sim imports a driver
+// (imports_test.go).
 package sim

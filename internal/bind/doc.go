@@ -26,7 +26,7 @@
 // written atomically before anything changes) is the contract with the
 // scripts. Steps that need netlink (link state, addresses, the SSH server
 // address) run only on a real root; a simulated tree shows sysfs and
-// /proc/net only (see sim/drivers_net.go).
+// /proc/net only (see sim/bus/drivers_net.go).
 //
 // It knows nothing of the data path: it never opens a device.
 package bind

@@ -1,7 +1,7 @@
 package bind
 
 // Netlink steps, for a real root only: a simulated tree has no kernel
-// netdevs behind its sysfs entries (sim/drivers_net.go).
+// netdevs behind its sysfs entries (sim/bus/drivers_net.go).
 
 import (
 	"errors"
