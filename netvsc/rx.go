@@ -2,6 +2,7 @@ package netvsc
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
@@ -183,3 +184,146 @@ func applyRxInfo(m *frame.Meta, pi *rndis.PacketInfo) {
 		}
 	}
 }
+
+// rxPath is a queue's receive state: frames copied off the receive
+// buffer on their way to RxBurst. The queue's inMu guards every field
+// but lastRx and stCount (atomic, for lock-free readers).
+type rxPath struct {
+	// stage is a ring of frames received and not yet handed to RxBurst
+	// (Config.RxStage, fixed): a drain that finds more frames than the
+	// caller's slice takes parks them here.
+	stage   []*frame.Packet
+	stHead  int
+	stLen   int
+	stCount atomic.Int32 // stLen, for Wait's rxReady
+	// out is the caller's slice during RxBurst's drain, filled to outN.
+	out  []*frame.Packet
+	outN int
+	// fresh holds packets taken from the pool in a burst, not yet filled.
+	fresh   []*frame.Packet
+	freshN  int
+	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
+	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
+}
+
+// init sizes the staging queue for stage packets.
+func (r *rxPath) init(stage int) {
+	r.stage = make([]*frame.Packet, stage)
+	r.fresh = make([]*frame.Packet, 32)
+	r.scratch = make([]byte, maxControlMessage)
+}
+
+// unstage moves staged packets to pkts.
+func (r *rxPath) unstage(pkts []*frame.Packet) int {
+	n := min(len(pkts), r.stLen)
+	for i := 0; i < n; i++ {
+		pkts[i] = r.stage[r.stHead]
+		r.stage[r.stHead] = nil
+		r.stHead++
+		if r.stHead == len(r.stage) {
+			r.stHead = 0
+		}
+	}
+	r.stLen -= n
+	if n > 0 {
+		r.stCount.Store(int32(r.stLen))
+	}
+	return n
+}
+
+// push keeps a received packet for a later RxBurst; false when the
+// staging queue is full.
+func (r *rxPath) push(p *frame.Packet) bool {
+	if r.stLen == len(r.stage) {
+		return false
+	}
+	i := r.stHead + r.stLen
+	if i >= len(r.stage) {
+		i -= len(r.stage)
+	}
+	r.stage[i] = p
+	r.stLen++
+	r.stCount.Store(int32(r.stLen))
+	return true
+}
+
+// room returns how many more packets the staging queue takes.
+func (r *rxPath) room() int { return len(r.stage) - r.stLen }
+
+// full reports that a received frame has nowhere to go: the caller's
+// slice and the staging queue are both full.
+func (r *rxPath) full() bool { return r.outN == len(r.out) && r.stLen == len(r.stage) }
+
+// deliver hands a filled packet to the caller's slice, or stages it;
+// full was checked.
+func (r *rxPath) deliver(p *frame.Packet) {
+	if r.outN < len(r.out) {
+		r.out[r.outN] = p
+		r.outN++
+		return
+	}
+	r.push(p)
+}
+
+// refill takes a burst of packets from pool into fresh, the empty
+// packets frames are copied into; false when the pool is empty.
+func (r *rxPath) refill(pool *frame.Pool) bool {
+	r.freshN = pool.GetBurst(r.fresh)
+	return r.freshN > 0
+}
+
+// takeFresh removes the last fresh packet, which a frame now fills.
+func (r *rxPath) takeFresh() {
+	r.freshN--
+	r.fresh[r.freshN] = nil
+}
+
+// freeAll returns the staged and fresh packets to their pool.
+func (r *rxPath) freeAll() {
+	for r.stLen > 0 {
+		var one [1]*frame.Packet
+		r.unstage(one[:])
+		one[0].Free()
+	}
+	for i := 0; i < r.freshN; i++ {
+		r.fresh[i].Free()
+		r.fresh[i] = nil
+	}
+	r.freshN = 0
+}
+
+// rxData copies one received frame out of the receive buffer (rxHandler).
+// inMu is held.
+func (q *Queue) rxData(f rxFrame) {
+	s, r := q.s, &q.rx
+	if !s.running.Load() {
+		s.rxIgnored.Add(1)
+		return
+	}
+	if r.freshN == 0 && !r.refill(q.pool) {
+		q.c.rxNoMemory.inc()
+		return
+	}
+	p := r.fresh[r.freshN-1]
+	if f.n > p.Cap() {
+		q.c.rxTooBig.inc()
+		return
+	}
+	if r.full() {
+		q.c.rxNoMemory.inc()
+		return
+	}
+	r.takeFresh()
+	copy(p.SetLen(f.n), s.recv[f.off:f.off+f.n])
+	if f.infoOK {
+		applyRxInfo(&p.Meta, &f.info)
+	} else {
+		q.c.rxPPIErrors.inc()
+	}
+	q.c.rxPackets.inc()
+	q.c.rxBytes.add(uint64(f.n))
+	r.deliver(p)
+}
+
+// rxControl handles an RNDIS control message (rxHandler).
+func (q *Queue) rxControl(msg []byte) error { return q.s.rndisControl(q, msg) }

@@ -24,19 +24,22 @@ func (c *ctr) load() uint64 { return c.v.Load() }
 // queueCounters are one queue's counters. Names follow Linux hv_netvsc's
 // ethtool -S (docs/protocol/netvsc.md §6) where one exists.
 type queueCounters struct {
-	// under inMu (the drain)
+	// under inMu (the drain, and sleep)
 	rxPackets, rxBytes   ctr
 	rxNoMemory           ctr // frames dropped: pool empty or staging full (DPDK "ring full", imissed)
 	rxTooBig             ctr // frames larger than a packet buffer, dropped
-	rxCompBusy           ctr // receive completions deferred: outbound ring full
-	rxCompSent           ctr // receive completions sent
 	rxXfers              ctr // transfer-page packets
 	txPackets, txBytes   ctr // counted when the host completes the send (DPDK)
 	txCompletions        ctr // send completions received
 	txFailed             ctr // completions with a status other than success
 	rxPPIErrors          ctr // frames whose per-packet info was unreadable (delivered without metadata)
 	txWakeups, rxWakeups ctr
-	rxPolls, idleSleeps  ctr
+	idleSleeps           ctr
+	// under outMu
+	rxCompBusy ctr // receive completions deferred: outbound ring full
+	rxCompSent ctr // receive completions sent
+	// by Wait's caller (one goroutine), under no lock
+	rxPolls ctr
 	// under txMu
 	txSendFull ctr // no free send section: the frame went GPA-direct (Linux tx_send_full)
 	txBusy     ctr // outbound ring full or request table full (Linux tx_busy)
