@@ -571,15 +571,21 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 	q.tx.init(s.mtu)
 	q.w.txWake = make(chan struct{}, 1)
 	q.acks.msg = nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)
-	q.acks.init(s.subAllocs)
+	q.initAcks()
 	q.rx.lastRx.Store(nanotime())
 	return q, nil
 }
 
-// initAcks sizes the queue's owed receive completions once the receive
-// buffer's sub-allocation count is known (sub-channels are set up after;
-// the primary is set up before and again once the count arrives).
-func (q *Queue) initAcks() { q.acks.init(q.s.subAllocs) }
+// initAcks sizes the queue's owed receive completions, and the frames it
+// may hold, once the receive buffer's sub-allocation count is known
+// (sub-channels are set up after; the primary is set up before and again
+// once the count arrives).
+func (q *Queue) initAcks() {
+	q.inMu.Lock()
+	q.rx.initHeld(q.s.subAllocs)
+	q.inMu.Unlock()
+	q.acks.init(q.s.subAllocs)
+}
 
 // assignSections gives queue q of nq its run of send sections, bounded by
 // the request table (every section in flight holds a request slot).

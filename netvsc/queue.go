@@ -28,11 +28,14 @@ import (
 //
 // Whoever holds inMu drains: RxBurst, Wait, a TxBurst or WaitTx that ran
 // out of sections, or the control plane. A drain handles every packet
-// type: frames go to the caller's slice and then to a bounded staging
-// queue (dropped and counted when it is full, so send completions behind
-// them are never stuck: DPDK 36274f2871), completions free sections
-// through lock-free single-producer rings, and receive completions are
-// owed and sent by whoever holds outMu. No lock is held while waiting
+// type: frames go to the caller's slice, then to a bounded staging queue,
+// then, with no packet or slot left for them, stay in the receive buffer
+// with their completion held until a later RxBurst copies them (rx.go,
+// rxPath.held: the host's buffer fills and the host drops). The drain
+// reads on regardless, so send completions behind them are never stuck
+// (DPDK 36274f2871). Completions free sections through lock-free
+// single-producer rings, and receive completions are owed and sent by
+// whoever holds outMu. No lock is held while waiting
 // for the host except inMu by a sleeper in Wait or WaitTx and outMu by
 // WaitTx on a full outbound ring (for at most 5 ms; receive completions
 // stay owed meanwhile).
@@ -144,6 +147,15 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 	}
 	r := &q.rx
 	n := r.unstage(pkts)
+	if n < len(pkts) && r.hLen > 0 {
+		k, err := q.unhold(pkts[n:])
+		n += k
+		if err != nil {
+			q.s.fail(err)
+		} else if k > 0 {
+			q.sendAcks(false) // the host waits for them to refill its buffer
+		}
+	}
 	if n < len(pkts) {
 		r.out, r.outN = pkts, n
 		q.drainLocked()
@@ -212,11 +224,18 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		// its completion, and the host may write new frames over the
 		// sub-allocations as soon as it reads that. Only inMu's holder
 		// adds, so the check still holds when the tid is added.
+		// A tid whose frames are held is owed as well, only later.
 		tid := uint32(p.TransID)
-		if q.acks.owes(tid) {
+		r := &q.rx
+		if r.holds(tid) || q.acks.owes(tid) {
 			return protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}
-		err := parseXfer(p, q.s.recv, q.rx.scratch, q)
+		r.xfer, r.xferN = tid, 0
+		err := parseXfer(p, q.s.recv, r.scratch, q)
+		if r.xferN > 0 {
+			r.tidHeld[tid] = r.xferN // owed once the last is copied (unhold)
+			return err
+		}
 		if !q.acks.add(tid) && err == nil {
 			err = protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}

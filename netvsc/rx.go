@@ -186,8 +186,9 @@ func applyRxInfo(m *frame.Meta, pi *rndis.PacketInfo) {
 }
 
 // rxPath is a queue's receive state: frames copied off the receive
-// buffer on their way to RxBurst. The queue's inMu guards every field
-// but lastRx and stCount (atomic, for lock-free readers).
+// buffer, or held there, on their way to RxBurst. The queue's inMu guards
+// every field but lastRx, stCount and heldN (atomic, for lock-free
+// readers).
 type rxPath struct {
 	// stage is a ring of frames received and not yet handed to RxBurst
 	// (Config.RxStage, fixed): a drain that finds more frames than the
@@ -204,6 +205,33 @@ type rxPath struct {
 	freshN  int
 	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
 	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
+
+	// held is a ring of frames parsed but left in the receive buffer:
+	// when one arrived there was no pool packet or staging slot for it
+	// (or older frames were held, which go first). The completion of a
+	// transfer page is owed only once its last held frame was copied
+	// (tidHeld), so while the guest is short of packets the host's
+	// receive buffer fills and the host drops, as with a real NIC,
+	// instead of the guest taking frames off the host only to drop them.
+	// One slot per sub-allocation, sized with the completions (a valid
+	// host puts one frame in at least one sub-allocation); a frame that
+	// finds it full is dropped (rx_no_memory).
+	held    []heldFrame
+	hHead   int
+	hLen    int
+	heldN   atomic.Int32 // hLen, for Wait's rxReady
+	tidHeld []uint32     // per transfer page id: its frames still held
+	xfer    uint32       // the transfer page being parsed
+	xferN   uint32       // its frames held so far
+}
+
+// heldFrame is a frame left in the receive buffer, with the metadata its
+// per-packet info gave.
+type heldFrame struct {
+	off, n uint32
+	tid    uint32
+	infoOK bool
+	meta   frame.Meta
 }
 
 // init sizes the staging queue for stage packets.
@@ -278,8 +306,62 @@ func (r *rxPath) takeFresh() {
 	r.fresh[r.freshN] = nil
 }
 
-// freeAll returns the staged and fresh packets to their pool.
+// initHeld sizes the held ring and its per-tid counts for count
+// sub-allocations, forgetting what was held.
+func (r *rxPath) initHeld(count uint32) {
+	r.held = make([]heldFrame, count)
+	r.tidHeld = make([]uint32, count)
+	r.hHead, r.hLen = 0, 0
+	r.heldN.Store(0)
+}
+
+// hold keeps frame f of the transfer page being parsed in the receive
+// buffer; false when the held ring is full (or was never sized).
+func (r *rxPath) hold(f *rxFrame) bool {
+	if r.hLen == len(r.held) || int(r.xfer) >= len(r.tidHeld) {
+		return false
+	}
+	i := r.hHead + r.hLen
+	if i >= len(r.held) {
+		i -= len(r.held)
+	}
+	h := &r.held[i]
+	*h = heldFrame{off: uint32(f.off), n: uint32(f.n), tid: r.xfer, infoOK: f.infoOK}
+	if f.infoOK {
+		applyRxInfo(&h.meta, &f.info)
+	}
+	r.hLen++
+	r.heldN.Store(int32(r.hLen))
+	r.xferN++
+	return true
+}
+
+// holds reports whether frames of transfer page tid are held.
+func (r *rxPath) holds(tid uint32) bool {
+	return int(tid) < len(r.tidHeld) && r.tidHeld[tid] > 0
+}
+
+// popHeld forgets the oldest held frame and reports whether it was the
+// last one of its transfer page (whose completion is then owed).
+func (r *rxPath) popHeld() (tid uint32, last bool) {
+	tid = r.held[r.hHead].tid
+	r.held[r.hHead] = heldFrame{}
+	r.hHead++
+	if r.hHead == len(r.held) {
+		r.hHead = 0
+	}
+	r.hLen--
+	r.heldN.Store(int32(r.hLen))
+	r.tidHeld[tid]--
+	return tid, r.tidHeld[tid] == 0
+}
+
+// freeAll returns the staged and fresh packets to their pool, and
+// forgets the held frames.
 func (r *rxPath) freeAll() {
+	for r.hLen > 0 {
+		r.popHeld()
+	}
 	for r.stLen > 0 {
 		var one [1]*frame.Packet
 		r.unstage(one[:])
@@ -292,25 +374,25 @@ func (r *rxPath) freeAll() {
 	r.freshN = 0
 }
 
-// rxData copies one received frame out of the receive buffer (rxHandler).
-// inMu is held.
+// rxData copies one received frame out of the receive buffer, or holds
+// it there when it has nowhere to go (rxHandler). inMu is held.
 func (q *Queue) rxData(f rxFrame) {
 	s, r := q.s, &q.rx
 	if !s.running.Load() {
 		s.rxIgnored.Add(1)
 		return
 	}
-	if r.freshN == 0 && !r.refill(q.pool) {
-		q.c.rxNoMemory.inc()
+	if r.hLen > 0 || r.full() || (r.freshN == 0 && !r.refill(q.pool)) {
+		if r.hold(&f) {
+			q.c.rxHeld.inc()
+		} else {
+			q.c.rxNoMemory.inc()
+		}
 		return
 	}
 	p := r.fresh[r.freshN-1]
 	if f.n > p.Cap() {
 		q.c.rxTooBig.inc()
-		return
-	}
-	if r.full() {
-		q.c.rxNoMemory.inc()
 		return
 	}
 	r.takeFresh()
@@ -323,6 +405,46 @@ func (q *Queue) rxData(f rxFrame) {
 	q.c.rxPackets.inc()
 	q.c.rxBytes.add(uint64(f.n))
 	r.deliver(p)
+}
+
+// unhold copies held frames into pkts, oldest first, while the pool has
+// packets, and owes each transfer page's completion once its last frame
+// is out of the receive buffer. inMu is held.
+func (q *Queue) unhold(pkts []*frame.Packet) (int, error) {
+	s, r := q.s, &q.rx
+	n := 0
+	for r.hLen > 0 && n < len(pkts) {
+		if r.freshN == 0 && !r.refill(q.pool) {
+			break
+		}
+		h := &r.held[r.hHead]
+		p := r.fresh[r.freshN-1]
+		if int(h.n) <= p.Cap() {
+			r.takeFresh()
+			copy(p.SetLen(int(h.n)), s.recv[h.off:h.off+h.n])
+			if h.infoOK {
+				p.Meta = h.meta
+			} else {
+				q.c.rxPPIErrors.inc()
+			}
+			q.c.rxPackets.inc()
+			q.c.rxBytes.add(uint64(h.n))
+			pkts[n] = p
+			n++
+		} else {
+			q.c.rxTooBig.inc()
+		}
+		if tid, last := r.popHeld(); last && !q.acks.add(tid) {
+			return n, protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", uint64(tid))
+		}
+	}
+	return n, nil
+}
+
+// rxHeldReady reports, without inMu, whether held frames could be copied
+// now: some are held and the pool has a packet.
+func (q *Queue) rxHeldReady() bool {
+	return q.rx.heldN.Load() > 0 && q.pool.Available() > 0
 }
 
 // rxControl handles an RNDIS control message (rxHandler).

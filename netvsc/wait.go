@@ -103,7 +103,7 @@ func (w *waiter) pokeTx() {
 // rxReady reports, without locks, whether RxBurst would find something:
 // staged packets or unread bytes in the inbound ring.
 func (q *Queue) rxReady() bool {
-	if q.rx.stCount.Load() > 0 || q.vfPending() {
+	if q.rx.stCount.Load() > 0 || q.vfPending() || q.rxHeldReady() {
 		return true
 	}
 	_, in := q.ch.RingUsage()
@@ -179,21 +179,27 @@ func (q *Queue) sleep(ctx context.Context, role int) error {
 	if err := q.s.err(); err != nil {
 		return err
 	}
-	if q.rx.stLen > 0 {
+	// Frames for RxBurst end Wait's sleep, not WaitTx's: WaitTx would
+	// only loop back here, spinning while nobody receives them.
+	if role == 0 && (q.rx.stLen > 0 || q.rxHeldReady()) {
 		return nil
 	}
 	if q.acks.pending() {
 		q.sendAcks(true)
-		if q.acks.pending() {
-			t := time.NewTimer(200 * time.Microsecond)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			return nil
+	}
+	// Owed completions the ring cannot take, or frames held for want of
+	// packets (the host sends nothing more meanwhile, and nothing wakes
+	// us when the caller frees packets): nap instead of sleeping on the
+	// ring.
+	if q.acks.pending() || (role == 0 && q.rx.hLen > 0) {
+		t := time.NewTimer(200 * time.Microsecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
+		return nil
 	}
 	wctx, err := q.w.context(ctx, role)
 	if err != nil {
