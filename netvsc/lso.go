@@ -90,6 +90,6 @@ func (q *Queue) sendLSOPieces(p *frame.Packet, info *rndis.PacketInfo) bool {
 		gso.FinishChecksum(single, sl, oneMode)
 	}
 	q.c.txLSO.add(uint64(lso))
-	q.txDone = append(q.txDone, p)
+	q.tx.consumed(p)
 	return true
 }

@@ -565,37 +565,26 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{
-		s: s, idx: idx, ch: ch, pool: pool,
-		stage:   make([]*frame.Packet, cfg.RxStage),
-		fresh:   make([]*frame.Packet, 32),
-		scratch: make([]byte, maxControlMessage),
-		ackMsg:  nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil),
-		txWake:  make(chan struct{}, 1),
-		gpa:     newIdxRing(gpaSlots),
-		gpaPkts: make([]*frame.Packet, gpaSlots), gpaBytes: make([]uint32, gpaSlots),
-		nvspBuf: make([]byte, 0, nvsp.MessageSize),
-		hdrBuf:  make([]byte, 0, 1024),
-		pfns:    make([]uint64, 0, 128),
-		txDone:  make([]*frame.Packet, 0, 256),
-		segBuf:  make([]byte, s.mtu+EthernetHeaderSize),
-		sec:     newIdxRing(1),
-		vf:      s.nic.vfQueue(idx),
+		s: s, idx: idx, ch: ch, pool: pool, vf: s.nic.vfQueue(idx),
 	}
-	for i := range gpaSlots {
-		q.gpa.put(uint32(i))
-	}
+	q.rx.init(cfg.RxStage)
+	q.tx.init(s.mtu)
+	q.w.txWake = make(chan struct{}, 1)
+	q.acks.msg = nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)
 	q.initAcks()
-	q.lastRx.Store(nanotime())
+	q.rx.lastRx.Store(nanotime())
 	return q, nil
 }
 
-// initAcks sizes the queue's owed receive completions once the receive
-// buffer's sub-allocation count is known (sub-channels are set up after;
-// the primary is set up before and again once the count arrives).
+// initAcks sizes the queue's owed receive completions, and the frames it
+// may hold, once the receive buffer's sub-allocation count is known
+// (sub-channels are set up after; the primary is set up before and again
+// once the count arrives).
 func (q *Queue) initAcks() {
-	q.ackMu.Lock()
+	q.inMu.Lock()
+	q.rx.initHeld(q.s.subAllocs)
+	q.inMu.Unlock()
 	q.acks.init(q.s.subAllocs)
-	q.ackMu.Unlock()
 }
 
 // assignSections gives queue q of nq its run of send sections, bounded by
@@ -607,12 +596,5 @@ func (q *Queue) assignSections(nq int) {
 	if hi < lo {
 		hi = lo
 	}
-	q.secLo = lo
-	q.txSections = hi - lo
-	q.sec = newIdxRing(hi - lo)
-	q.secFrames = make([]uint32, hi-lo)
-	q.secBytes = make([]uint32, hi-lo)
-	for i := lo; i < hi; i++ {
-		q.sec.put(uint32(i))
-	}
+	q.tx.assign(lo, hi)
 }

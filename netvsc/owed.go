@@ -1,5 +1,76 @@
 package netvsc
 
+import (
+	"sync"
+
+	"github.com/vmbusd/vmbusd/vmbus"
+)
+
+// completions is a queue's fixed-size completion ring: the receive
+// completions it owes the host, added by the drain (under inMu) and
+// written into the outbound ring by whoever holds outMu. mu guards owed
+// and is a leaf lock; msg is immutable after newQueue.
+//
+// It never grows: a transfer page the ring cannot take is a protocol
+// violation (owed.add), which kills the channel and is counted by check
+// (Stats.Violations).
+type completions struct {
+	mu   sync.Mutex
+	owed owed
+	msg  []byte // the SEND_RNDIS_PKT_COMPLETE every completion carries
+}
+
+// init sizes the ring for count sub-allocations.
+func (a *completions) init(count uint32) {
+	a.mu.Lock()
+	a.owed.init(count)
+	a.mu.Unlock()
+}
+
+// owes reports whether tid is owed now.
+func (a *completions) owes(tid uint32) bool {
+	a.mu.Lock()
+	v := a.owed.owes(tid)
+	a.mu.Unlock()
+	return v
+}
+
+// add records that tid is owed; false when it already is, lies past the
+// count, or the ring is full: each a host violation.
+func (a *completions) add(tid uint32) bool {
+	a.mu.Lock()
+	v := a.owed.add(tid)
+	a.mu.Unlock()
+	return v
+}
+
+// pending reports completions still owed.
+func (a *completions) pending() bool {
+	a.mu.Lock()
+	v := a.owed.len() > 0
+	a.mu.Unlock()
+	return v
+}
+
+// send writes the owed completions into ch's outbound ring, oldest first,
+// and returns how many; outMu is held. It stops at the first error (a
+// *vmbus.RingFullError: the rest stay owed). A tid stops being owed once
+// its completion is in the ring: the host may hand it out again only
+// after reading it.
+func (a *completions) send(ch *vmbus.Channel) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sent := 0
+	for a.owed.len() > 0 {
+		if err := ch.SendCompletion(uint64(a.owed.oldest()), a.msg); err != nil {
+			return sent, err
+		}
+		a.owed.done()
+		sent++
+	}
+	return sent, nil
+}
+
 // owed is the receive completions a queue owes the host: one per
 // transfer-page packet received and not yet completed, oldest first.
 //
@@ -11,7 +82,7 @@ package netvsc
 // inbound ring) has to reuse a tid still owed, and that is the protocol
 // violation add reports (protoerr.KindDuplicateTID), never growth.
 //
-// Not safe for concurrent use: the queue's ackMu guards it. The zero value
+// Not safe for concurrent use: completions guards it. The zero value
 // owes nothing and refuses every tid.
 type owed struct {
 	tids []uint32 // ring of owed tids

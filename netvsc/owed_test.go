@@ -35,8 +35,8 @@ func unreadQueue(t *testing.T, subAllocs uint32, out int) *Queue {
 	}
 	s := &session{subAllocs: subAllocs, recv: make([]byte, int(subAllocs)*2048), dead: make(chan struct{}),
 		log: slog.New(slog.DiscardHandler), nic: &NIC{}}
-	q := &Queue{s: s, ch: ch, scratch: make([]byte, maxControlMessage),
-		ackMsg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}
+	q := &Queue{s: s, ch: ch, rx: rxPath{scratch: make([]byte, maxControlMessage)},
+		acks: completions{msg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}}
 	q.initAcks()
 	return q
 }
@@ -68,8 +68,8 @@ func TestFloodWithoutReadingCompletionsIsCountedNotGrown(t *testing.T) {
 				accepted++
 			}
 			q.sendAcks(true)
-			if len(q.acks.tids) != count || q.acks.len() > count {
-				t.Fatalf("owed completions: %d in a ring of %d, want at most %d in %d", q.acks.len(), len(q.acks.tids), count, count)
+			if len(q.acks.owed.tids) != count || q.acks.owed.len() > count {
+				t.Fatalf("owed completions: %d in a ring of %d, want at most %d in %d", q.acks.owed.len(), len(q.acks.owed.tids), count, count)
 			}
 		}
 	}
@@ -83,8 +83,8 @@ func TestFloodWithoutReadingCompletionsIsCountedNotGrown(t *testing.T) {
 	if accepted != count+sent || dups != 4*count-accepted {
 		t.Errorf("accepted %d, duplicates %d (completions sent %d)", accepted, dups, sent)
 	}
-	if q.acks.len() != count {
-		t.Errorf("%d completions owed, want %d", q.acks.len(), count)
+	if q.acks.owed.len() != count {
+		t.Errorf("%d completions owed, want %d", q.acks.owed.len(), count)
 	}
 	if q.s.rxIgnored.Load() != uint64(accepted) {
 		t.Errorf("%d frames seen, want one per accepted packet (%d)", q.s.rxIgnored.Load(), accepted)
@@ -181,8 +181,9 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 	nic := &NIC{linkCh: make(chan struct{}), events: map[string]uint64{}}
 	s := &session{subAllocs: count, recv: make([]byte, count*sub), dead: make(chan struct{}), nic: nic}
 	s.running.Store(true)
-	q := &Queue{s: s, ch: ch, pool: pool, stage: make([]*frame.Packet, 4), fresh: make([]*frame.Packet, 4),
-		scratch: make([]byte, maxControlMessage), ackMsg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}
+	q := &Queue{s: s, ch: ch, pool: pool,
+		rx:   rxPath{stage: make([]*frame.Packet, 4), fresh: make([]*frame.Packet, 4), scratch: make([]byte, maxControlMessage)},
+		acks: completions{msg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}}
 	q.initAcks()
 
 	sent, reused := []byte("frame 1 from the host"), []byte("frame 2 from the host") // as long: the range fits both
@@ -233,7 +234,7 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 		t.Fatal("the link indication was not handled")
 	}
 	got := make([]*frame.Packet, 2)
-	if k := q.unstageLocked(got); k != 1 {
+	if k := q.rx.unstage(got); k != 1 {
 		t.Fatalf("%d frames received, want 1", k)
 	}
 	if string(got[0].Data()) != string(sent) {

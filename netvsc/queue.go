@@ -1,10 +1,7 @@
 package netvsc
 
 import (
-	"context"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vmbusd/vmbusd/frame"
@@ -21,24 +18,52 @@ import (
 // receive and transmit paths: the inbound ring carries received frames
 // *and* the host's completions of our sends (and, on queue 0, control
 // answers); the outbound ring carries our sends *and* our completions of
-// received packets. Three locks keep that safe without the paths waiting
-// on each other:
+// received packets. So the Queue holds the rings and their locks, and
+// each path owns its state under one of them:
 //
-//	inMu   the inbound ring, the receive staging queue, the parser
-//	txMu   the transmit state: the open send section, section and GPA-slot consumers
-//	outMu  the outbound ring (sends, receive completions, Flush)
+//	rx    rxPath       frames on their way to RxBurst         inMu
+//	tx    txPath       sections, GPA slots, the open section  txMu (completion side: inMu)
+//	acks  completions  receive completions owed (fixed ring)  acks.mu
+//	w     waiter       sleep contexts, the transmit wake-up   w.mu
 //
-// Whoever holds inMu drains: RxBurst, Wait, a TxBurst that ran out of
-// sections (TryLock only), or the control plane. A drain handles every
-// packet type: frames go to the caller's slice and then to a bounded
-// staging queue (dropped and counted when it is full, so send completions
-// behind them are never stuck: DPDK 36274f2871), completions free sections
-// through lock-free single-producer rings, and receive completions are
-// queued and sent by whoever holds outMu. No lock is held while waiting
-// for the host except inMu by a sleeper in Wait (others only TryLock it
-// and are poked when it frees something) and outMu by WaitTx on a full
-// outbound ring (receive completions are queued meanwhile). The lock
-// order is txMu, inMu, outMu.
+// Whoever holds inMu drains: RxBurst, Wait, a TxBurst or WaitTx that ran
+// out of sections, or the control plane. A drain handles every packet
+// type: frames go to the caller's slice, then to a bounded staging queue,
+// then, with no packet or slot left for them, stay in the receive buffer
+// with their completion held until a later RxBurst copies them (rx.go,
+// rxPath.held: the host's buffer fills and the host drops). The drain
+// reads on regardless, so send completions behind them are never stuck
+// (DPDK 36274f2871). Completions free sections through lock-free
+// single-producer rings, and receive completions are owed and sent by
+// whoever holds outMu. No lock is held while waiting
+// for the host except inMu by a sleeper in Wait or WaitTx and outMu by
+// WaitTx on a full outbound ring (for at most 5 ms; receive completions
+// stay owed meanwhile).
+//
+// Lock order. A lock may be taken while holding only locks to its left:
+//
+//	txMu -> inMu -> outMu -> acks.mu
+//	                inMu  -> w.mu
+//
+// (quiesce takes the first three in that order.) acks.mu and w.mu are
+// leaves, held for a few instructions. Because inMu can be held for a
+// whole sleep, nobody else waits for it on the data path; the TryLocks:
+//
+//   - TxBurst (tx.go), holding txMu, out of sections: TryLock inMu to reap
+//     send completions itself; when it is held, its holder drains them.
+//   - WaitTx (tx.go): TryLock inMu to drain and then sleep on the ring;
+//     when it is held, wait on w.txWake, which every drain that found work
+//     signals (or 1 ms, in case the holder sleeps on an idle ring).
+//   - control.wait (control.go) on queue 0: TryLock inMu to drain itself;
+//     otherwise the holder's drain hands the answer over (c.ready).
+//   - vfManager.waitActive (vf_pair.go): TryLock queue 0's inMu to drain
+//     the association while nobody receives yet.
+//   - sendAcks (a drain, holding inMu): TryLock outMu; when a TxBurst,
+//     WaitTx or control send holds it, the completions stay owed and the
+//     holder (TxBurst, WaitTx) or the next drain or sleep sends them.
+//
+// Blocking takes are inMu by RxBurst and Wait (their own lock), outMu by
+// every sender, and all three by the VF manager's barriers and teardown.
 //
 // So: RxBurst and Wait from one goroutine and TxBurst and WaitTx from
 // another is the intended use and costs no contention beyond an
@@ -46,71 +71,23 @@ import (
 // TxBurst, Wait and WaitTx return at once with nothing done once the NIC
 // died, was closed or reconfigured (Err says which).
 type Queue struct {
+	// Immutable after newQueue.
 	s    *session
 	idx  int
 	ch   *vmbus.Channel
 	pool *frame.Pool
+	vf   *vfQueue // the VF path (vf_path.go); nil with Config.VF off
 
-	inMu    sync.Mutex
-	stage   []*frame.Packet // received, not yet handed to RxBurst
-	stHead  int
-	stLen   int
-	stCount atomic.Int32
-	out     []*frame.Packet // the caller's slice during a drain
-	outN    int
-	fresh   []*frame.Packet // packets taken from the pool, not yet filled
-	freshN  int
-	scratch []byte
-	lastRx  atomic.Int64 // when a drain last found work (nanotime)
+	txMu  sync.Mutex // tx
+	inMu  sync.Mutex // the inbound ring, the drain, rx, tx's completion side
+	outMu sync.Mutex // the outbound ring: sends, receive completions, Flush
 
-	ackMu  sync.Mutex
-	acks   owed // receive completions owed (bounded: owed.go)
-	ackMsg []byte
+	rx   rxPath
+	tx   txPath
+	acks completions
+	w    waiter
 
-	txMu       sync.Mutex
-	sec        *idxRing // free sections of this queue's run
-	secLo      int
-	secFrames  []uint32 // per section of the run: frames in flight
-	secBytes   []uint32
-	stash      []uint32 // sections taken but not used (returned by the consumer)
-	stashN     atomic.Int32
-	cur        openSection
-	gpa        *idxRing
-	gpaSt      []uint32 // GPA slots taken but not used
-	gpaPkts    []*frame.Packet
-	gpaBytes   []uint32
-	nvspBuf    []byte
-	hdrBuf     []byte
-	pfns       []uint64
-	txDone     []*frame.Packet // copied packets freed at the end of a burst
-	segBuf     []byte
-	txWaiting  atomic.Bool
-	txWake     chan struct{}
-	txSections int
-
-	outMu sync.Mutex
-
-	wmu         sync.Mutex
-	wctx        [2]waitCtx
-	interrupted error
-
-	c  queueCounters
-	vf *vfQueue // the VF path (vf_path.go); nil with Config.VF off
-}
-
-type waitCtx struct {
-	parent context.Context
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-type openSection struct {
-	open   bool
-	idx    int
-	used   int
-	frames int
-	bytes  int
-	last   int
+	c queueCounters // each counter says which lock it is written under
 }
 
 // Cookie kinds of the requests a queue sends (vmbus request-table cookies).
@@ -168,52 +145,28 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		q.inMu.Unlock()
 		return 0
 	}
-	n := q.unstageLocked(pkts)
+	r := &q.rx
+	n := r.unstage(pkts)
+	if n < len(pkts) && r.hLen > 0 {
+		k, err := q.unhold(pkts[n:])
+		n += k
+		if err != nil {
+			q.s.fail(err)
+		} else if k > 0 {
+			q.sendAcks(false) // the host waits for them to refill its buffer
+		}
+	}
 	if n < len(pkts) {
-		q.out, q.outN = pkts, n
+		r.out, r.outN = pkts, n
 		q.drainLocked()
-		n = q.outN
-		q.out, q.outN = nil, 0
+		n = r.outN
+		r.out, r.outN = nil, 0
 	}
 	if n < len(pkts) && q.vf != nil {
 		n += q.vfRx(pkts[n:]) // the synthetic ring first, then the VF
 	}
 	q.inMu.Unlock()
 	return n
-}
-
-// unstageLocked moves staged packets to pkts.
-func (q *Queue) unstageLocked(pkts []*frame.Packet) int {
-	n := min(len(pkts), q.stLen)
-	for i := 0; i < n; i++ {
-		pkts[i] = q.stage[q.stHead]
-		q.stage[q.stHead] = nil
-		q.stHead++
-		if q.stHead == len(q.stage) {
-			q.stHead = 0
-		}
-	}
-	q.stLen -= n
-	if n > 0 {
-		q.stCount.Store(int32(q.stLen))
-	}
-	return n
-}
-
-// stageLocked keeps a received packet for a later RxBurst; false when the
-// staging queue is full.
-func (q *Queue) stageLocked(p *frame.Packet) bool {
-	if q.stLen == len(q.stage) {
-		return false
-	}
-	i := q.stHead + q.stLen
-	if i >= len(q.stage) {
-		i -= len(q.stage)
-	}
-	q.stage[i] = p
-	q.stLen++
-	q.stCount.Store(int32(q.stLen))
-	return true
 }
 
 // drainLocked reads the inbound ring until it is empty (or burstMax
@@ -251,13 +204,8 @@ func (q *Queue) drainLocked() {
 		}
 	}
 	if work {
-		q.lastRx.Store(nanotime())
-		if q.txWaiting.Load() {
-			select {
-			case q.txWake <- struct{}{}:
-			default:
-			}
-		}
+		q.rx.lastRx.Store(nanotime())
+		q.w.wakeTx()
 	}
 }
 
@@ -276,18 +224,19 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		// its completion, and the host may write new frames over the
 		// sub-allocations as soon as it reads that. Only inMu's holder
 		// adds, so the check still holds when the tid is added.
+		// A tid whose frames are held is owed as well, only later.
 		tid := uint32(p.TransID)
-		q.ackMu.Lock()
-		dup := q.acks.owes(tid)
-		q.ackMu.Unlock()
-		if dup {
+		r := &q.rx
+		if r.holds(tid) || q.acks.owes(tid) {
 			return protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}
-		err := parseXfer(p, q.s.recv, q.scratch, q)
-		q.ackMu.Lock()
-		added := q.acks.add(tid)
-		q.ackMu.Unlock()
-		if !added && err == nil {
+		r.xfer, r.xferN = tid, 0
+		err := parseXfer(p, q.s.recv, r.scratch, q)
+		if r.xferN > 0 {
+			r.tidHeld[tid] = r.xferN // owed once the last is copied (unhold)
+			return err
+		}
+		if !q.acks.add(tid) && err == nil {
 			err = protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}
 		return err
@@ -308,21 +257,21 @@ func (q *Queue) complete(p *vmbus.Packet) error {
 		if err != nil {
 			return err
 		}
-		i := int(idx) - q.secLo
-		if i < 0 || i >= len(q.secFrames) {
+		frames, bytes, ok := q.tx.sectionDone(idx)
+		if !ok {
 			return protoerr.New("SEND_RNDIS_PKT_COMPLETE", protoerr.KindSectionIndex, "cookie", uint64(idx))
 		}
-		q.countTxDone(st, q.secFrames[i], q.secBytes[i])
-		q.sec.put(idx)
+		q.countTxDone(st, frames, bytes)
 	case cookieGPA:
 		st, err := sendStatus(p.Payload())
 		if err != nil {
 			return err
 		}
-		pk := q.gpaPkts[idx]
-		q.gpaPkts[idx] = nil
-		q.countTxDone(st, 1, q.gpaBytes[idx])
-		q.gpa.put(idx)
+		pk, bytes, ok := q.tx.gpaDone(idx)
+		if !ok {
+			return protoerr.New("SEND_RNDIS_PKT_COMPLETE", protoerr.KindSectionIndex, "cookie", uint64(idx))
+		}
+		q.countTxDone(st, 1, bytes)
 		if pk != nil {
 			pk.Free()
 		}
@@ -358,55 +307,11 @@ func sendStatus(b []byte) (nvsp.Status, error) {
 	return m.Status, nil
 }
 
-// rxData copies one received frame out of the receive buffer (rxHandler).
-func (q *Queue) rxData(f rxFrame) {
-	s := q.s
-	if !s.running.Load() {
-		s.rxIgnored.Add(1)
-		return
-	}
-	if q.freshN == 0 {
-		q.freshN = q.pool.GetBurst(q.fresh)
-		if q.freshN == 0 {
-			q.c.rxNoMemory.inc()
-			return
-		}
-	}
-	p := q.fresh[q.freshN-1]
-	if f.n > p.Cap() {
-		q.c.rxTooBig.inc()
-		return
-	}
-	if q.outN == len(q.out) && q.stLen == len(q.stage) {
-		q.c.rxNoMemory.inc()
-		return
-	}
-	q.freshN--
-	q.fresh[q.freshN] = nil
-	copy(p.SetLen(f.n), s.recv[f.off:f.off+f.n])
-	if f.infoOK {
-		applyRxInfo(&p.Meta, &f.info)
-	} else {
-		q.c.rxPPIErrors.inc()
-	}
-	q.c.rxPackets.inc()
-	q.c.rxBytes.add(uint64(f.n))
-	if q.outN < len(q.out) {
-		q.out[q.outN] = p
-		q.outN++
-		return
-	}
-	q.stageLocked(p)
-}
-
-// rxControl handles an RNDIS control message (rxHandler).
-func (q *Queue) rxControl(msg []byte) error { return q.s.rndisControl(q, msg) }
-
 // sendAcks sends the receive completions owed, if outMu is free (or
 // always, when wait is set). A full ring leaves them for later
 // (rx_comp_busy): the next drain, burst or Wait retries.
 func (q *Queue) sendAcks(wait bool) {
-	if !q.acksPending() {
+	if !q.acks.pending() {
 		return
 	}
 	if wait {
@@ -426,207 +331,23 @@ func (q *Queue) sendAcks(wait bool) {
 }
 
 // sendAcksLocked writes the owed completions, oldest first; outMu is
-// held. A tid stops being owed once its completion is in the ring: the
-// host may hand it out again only after reading it.
+// held.
 func (q *Queue) sendAcksLocked() {
-	q.ackMu.Lock()
-	defer q.ackMu.Unlock()
-	sent := 0
-	for q.acks.len() > 0 {
-		err := q.ch.SendCompletion(uint64(q.acks.oldest()), q.ackMsg)
-		if err != nil {
-			if _, full := err.(*vmbus.RingFullError); full {
-				q.c.rxCompBusy.inc()
-				break
-			}
-			q.s.fail(err)
-			return
-		}
-		q.acks.done()
-		sent++
-	}
+	sent, err := q.acks.send(q.ch)
 	if sent > 0 {
 		q.c.rxCompSent.add(uint64(sent))
 	}
-}
-
-// acksPending reports receive completions still owed.
-func (q *Queue) acksPending() bool {
-	q.ackMu.Lock()
-	defer q.ackMu.Unlock()
-	return q.acks.len() > 0
-}
-
-// rxReady reports, without locks, whether RxBurst would find something:
-// staged packets or unread bytes in the inbound ring.
-func (q *Queue) rxReady() bool {
-	if q.stCount.Load() > 0 || q.vfPending() {
-		return true
-	}
-	_, in := q.ch.RingUsage()
-	return in != 0
-}
-
-// Wait blocks until RxBurst may find work, the NIC fails, or ctx ends. In
-// Hybrid mode it first polls for Config.PollBudget since the queue last
-// found work, then unmasks the channel's interrupt, checks again and
-// sleeps on the device's interrupt fd; Poll never sleeps; Interrupt sleeps
-// at once. A nil return can be spurious.
-func (q *Queue) Wait(ctx context.Context) error {
-	if err := q.s.err(); err != nil {
-		return err
-	}
-	if q.rxReady() {
-		return nil
-	}
-	start := nanotime()
-	switch q.s.cfg.Mode {
-	case Poll:
-		defer func() { q.c.pollNanos.v.Add(uint64(nanotime() - start)) }()
-		for i := 1; ; i++ {
-			if q.rxReady() {
-				return nil
-			}
-			if i%64 == 0 {
-				if err := q.s.err(); err != nil {
-					return err
-				}
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if q.acksPending() {
-					q.sendAcks(false)
-				}
-				// Busy polling wants a P of its own: with GOMAXPROCS no
-				// larger than the polling queues, fd-driven goroutines
-				// (TAP readers, the interrupt loop) wait for sysmon's
-				// netpoll (~10 ms). Yield so that GOMAXPROCS=1 works.
-				runtime.Gosched()
-			}
-		}
-	case Hybrid:
-		budget := int64(q.s.cfg.PollBudget)
-		for i := 1; nanotime()-q.lastRx.Load() < budget; i++ {
-			if q.rxReady() {
-				q.c.rxPolls.inc()
-				q.c.pollNanos.v.Add(uint64(nanotime() - start))
-				return nil
-			}
-			if i%64 == 0 {
-				if err := q.s.err(); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	slept := nanotime()
-	q.c.pollNanos.v.Add(uint64(slept - start))
-	err := q.sleep(ctx, 0)
-	q.c.sleepNanos.v.Add(uint64(nanotime() - slept))
-	return err
-}
-
-// sleep is the blocking half of Wait (role 0) and WaitTx (role 1): under
-// inMu, drain what is there, then unmask, re-check and block on the
-// channel (vmbus WaitReadable). Owed receive completions are retried
-// first; while they cannot be sent it sleeps briefly instead.
-func (q *Queue) sleep(ctx context.Context, role int) error {
-	q.inMu.Lock()
-	defer q.inMu.Unlock()
-	if err := q.s.err(); err != nil {
-		return err
-	}
-	if q.stLen > 0 {
-		return nil
-	}
-	if q.acksPending() {
-		q.sendAcks(true)
-		if q.acksPending() {
-			t := time.NewTimer(200 * time.Microsecond)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			return nil
-		}
-	}
-	wctx, err := q.waitContext(ctx, role)
 	if err != nil {
-		return err
-	}
-	if role == 0 && q.vfArm() {
-		return nil // the VF has frames: no sleep
-	}
-	q.c.idleSleeps.inc()
-	err = q.ch.WaitReadable(wctx)
-	if err != nil {
-		if e := q.s.err(); e != nil {
-			return e
+		if _, full := err.(*vmbus.RingFullError); full {
+			q.c.rxCompBusy.inc()
+			return
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		q.wmu.Lock()
-		ie := q.interrupted
-		q.wmu.Unlock()
-		if ie != nil {
-			return ie
-		}
-		if _, dead := vmbus.IsCorrupt(err); dead || q.ch.Err() != nil {
-			q.s.fail(err)
-			return q.s.err()
-		}
-		return nil
+		q.s.fail(err)
 	}
-	if role == 0 {
-		q.c.rxWakeups.inc()
-	} else {
-		q.c.txWakeups.inc()
-	}
-	return nil
-}
-
-// waitContext returns a context that ends with parent or when the queue
-// is interrupted (Close, Reconfigure), reusing one per role while the
-// caller keeps passing the same parent, so a sleeping loop allocates
-// nothing.
-func (q *Queue) waitContext(parent context.Context, role int) (context.Context, error) {
-	q.wmu.Lock()
-	defer q.wmu.Unlock()
-	if q.interrupted != nil {
-		return nil, q.interrupted
-	}
-	w := &q.wctx[role]
-	if w.parent == parent && w.ctx != nil && w.ctx.Err() == nil {
-		return w.ctx, nil
-	}
-	if w.cancel != nil {
-		w.cancel()
-	}
-	w.ctx, w.cancel = context.WithCancel(parent)
-	w.parent = parent
-	return w.ctx, nil
 }
 
 // interrupt wakes sleepers for good: Wait and WaitTx return err.
-func (q *Queue) interrupt(err error) {
-	q.wmu.Lock()
-	if q.interrupted == nil {
-		q.interrupted = err
-	}
-	for i := range q.wctx {
-		if q.wctx[i].cancel != nil {
-			q.wctx[i].cancel()
-		}
-	}
-	q.wmu.Unlock()
-	select {
-	case q.txWake <- struct{}{}:
-	default:
-	}
-}
+func (q *Queue) interrupt(err error) { q.w.interrupt(err) }
 
 // quiesce takes every lock of the queue (after interrupt), so no burst is
 // running and none will touch the rings until release.
@@ -645,20 +366,6 @@ func (q *Queue) release() {
 // freeAll returns every packet the queue holds (staged, fresh, in GPA
 // flight) to the pool; the queue is quiesced.
 func (q *Queue) freeAll() {
-	for q.stLen > 0 {
-		var one [1]*frame.Packet
-		q.unstageLocked(one[:])
-		one[0].Free()
-	}
-	for i := 0; i < q.freshN; i++ {
-		q.fresh[i].Free()
-		q.fresh[i] = nil
-	}
-	q.freshN = 0
-	for i, p := range q.gpaPkts {
-		if p != nil {
-			p.Free()
-			q.gpaPkts[i] = nil
-		}
-	}
+	q.rx.freeAll()
+	q.tx.freeAll()
 }

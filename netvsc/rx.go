@@ -2,6 +2,7 @@ package netvsc
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
@@ -183,3 +184,268 @@ func applyRxInfo(m *frame.Meta, pi *rndis.PacketInfo) {
 		}
 	}
 }
+
+// rxPath is a queue's receive state: frames copied off the receive
+// buffer, or held there, on their way to RxBurst. The queue's inMu guards
+// every field but lastRx, stCount and heldN (atomic, for lock-free
+// readers).
+type rxPath struct {
+	// stage is a ring of frames received and not yet handed to RxBurst
+	// (Config.RxStage, fixed): a drain that finds more frames than the
+	// caller's slice takes parks them here.
+	stage   []*frame.Packet
+	stHead  int
+	stLen   int
+	stCount atomic.Int32 // stLen, for Wait's rxReady
+	// out is the caller's slice during RxBurst's drain, filled to outN.
+	out  []*frame.Packet
+	outN int
+	// fresh holds packets taken from the pool in a burst, not yet filled.
+	fresh   []*frame.Packet
+	freshN  int
+	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
+	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
+
+	// held is a ring of frames parsed but left in the receive buffer:
+	// when one arrived there was no pool packet or staging slot for it
+	// (or older frames were held, which go first). The completion of a
+	// transfer page is owed only once its last held frame was copied
+	// (tidHeld), so while the guest is short of packets the host's
+	// receive buffer fills and the host drops, as with a real NIC,
+	// instead of the guest taking frames off the host only to drop them.
+	// One slot per sub-allocation, sized with the completions (a valid
+	// host puts one frame in at least one sub-allocation); a frame that
+	// finds it full is dropped (rx_no_memory).
+	held    []heldFrame
+	hHead   int
+	hLen    int
+	heldN   atomic.Int32 // hLen, for Wait's rxReady
+	tidHeld []uint32     // per transfer page id: its frames still held
+	xfer    uint32       // the transfer page being parsed
+	xferN   uint32       // its frames held so far
+}
+
+// heldFrame is a frame left in the receive buffer, with the metadata its
+// per-packet info gave.
+type heldFrame struct {
+	off, n uint32
+	tid    uint32
+	infoOK bool
+	meta   frame.Meta
+}
+
+// init sizes the staging queue for stage packets.
+func (r *rxPath) init(stage int) {
+	r.stage = make([]*frame.Packet, stage)
+	r.fresh = make([]*frame.Packet, 32)
+	r.scratch = make([]byte, maxControlMessage)
+}
+
+// unstage moves staged packets to pkts.
+func (r *rxPath) unstage(pkts []*frame.Packet) int {
+	n := min(len(pkts), r.stLen)
+	for i := 0; i < n; i++ {
+		pkts[i] = r.stage[r.stHead]
+		r.stage[r.stHead] = nil
+		r.stHead++
+		if r.stHead == len(r.stage) {
+			r.stHead = 0
+		}
+	}
+	r.stLen -= n
+	if n > 0 {
+		r.stCount.Store(int32(r.stLen))
+	}
+	return n
+}
+
+// push keeps a received packet for a later RxBurst; false when the
+// staging queue is full.
+func (r *rxPath) push(p *frame.Packet) bool {
+	if r.stLen == len(r.stage) {
+		return false
+	}
+	i := r.stHead + r.stLen
+	if i >= len(r.stage) {
+		i -= len(r.stage)
+	}
+	r.stage[i] = p
+	r.stLen++
+	r.stCount.Store(int32(r.stLen))
+	return true
+}
+
+// room returns how many more packets the staging queue takes.
+func (r *rxPath) room() int { return len(r.stage) - r.stLen }
+
+// full reports that a received frame has nowhere to go: the caller's
+// slice and the staging queue are both full.
+func (r *rxPath) full() bool { return r.outN == len(r.out) && r.stLen == len(r.stage) }
+
+// deliver hands a filled packet to the caller's slice, or stages it;
+// full was checked.
+func (r *rxPath) deliver(p *frame.Packet) {
+	if r.outN < len(r.out) {
+		r.out[r.outN] = p
+		r.outN++
+		return
+	}
+	r.push(p)
+}
+
+// refill takes a burst of packets from pool into fresh, the empty
+// packets frames are copied into; false when the pool is empty.
+func (r *rxPath) refill(pool *frame.Pool) bool {
+	r.freshN = pool.GetBurst(r.fresh)
+	return r.freshN > 0
+}
+
+// takeFresh removes the last fresh packet, which a frame now fills.
+func (r *rxPath) takeFresh() {
+	r.freshN--
+	r.fresh[r.freshN] = nil
+}
+
+// initHeld sizes the held ring and its per-tid counts for count
+// sub-allocations, forgetting what was held.
+func (r *rxPath) initHeld(count uint32) {
+	r.held = make([]heldFrame, count)
+	r.tidHeld = make([]uint32, count)
+	r.hHead, r.hLen = 0, 0
+	r.heldN.Store(0)
+}
+
+// hold keeps frame f of the transfer page being parsed in the receive
+// buffer; false when the held ring is full (or was never sized).
+func (r *rxPath) hold(f *rxFrame) bool {
+	if r.hLen == len(r.held) || int(r.xfer) >= len(r.tidHeld) {
+		return false
+	}
+	i := r.hHead + r.hLen
+	if i >= len(r.held) {
+		i -= len(r.held)
+	}
+	h := &r.held[i]
+	*h = heldFrame{off: uint32(f.off), n: uint32(f.n), tid: r.xfer, infoOK: f.infoOK}
+	if f.infoOK {
+		applyRxInfo(&h.meta, &f.info)
+	}
+	r.hLen++
+	r.heldN.Store(int32(r.hLen))
+	r.xferN++
+	return true
+}
+
+// holds reports whether frames of transfer page tid are held.
+func (r *rxPath) holds(tid uint32) bool {
+	return int(tid) < len(r.tidHeld) && r.tidHeld[tid] > 0
+}
+
+// popHeld forgets the oldest held frame and reports whether it was the
+// last one of its transfer page (whose completion is then owed).
+func (r *rxPath) popHeld() (tid uint32, last bool) {
+	tid = r.held[r.hHead].tid
+	r.held[r.hHead] = heldFrame{}
+	r.hHead++
+	if r.hHead == len(r.held) {
+		r.hHead = 0
+	}
+	r.hLen--
+	r.heldN.Store(int32(r.hLen))
+	r.tidHeld[tid]--
+	return tid, r.tidHeld[tid] == 0
+}
+
+// freeAll returns the staged and fresh packets to their pool, and
+// forgets the held frames.
+func (r *rxPath) freeAll() {
+	for r.hLen > 0 {
+		r.popHeld()
+	}
+	for r.stLen > 0 {
+		var one [1]*frame.Packet
+		r.unstage(one[:])
+		one[0].Free()
+	}
+	for i := 0; i < r.freshN; i++ {
+		r.fresh[i].Free()
+		r.fresh[i] = nil
+	}
+	r.freshN = 0
+}
+
+// rxData copies one received frame out of the receive buffer, or holds
+// it there when it has nowhere to go (rxHandler). inMu is held.
+func (q *Queue) rxData(f rxFrame) {
+	s, r := q.s, &q.rx
+	if !s.running.Load() {
+		s.rxIgnored.Add(1)
+		return
+	}
+	if r.hLen > 0 || r.full() || (r.freshN == 0 && !r.refill(q.pool)) {
+		if r.hold(&f) {
+			q.c.rxHeld.inc()
+		} else {
+			q.c.rxNoMemory.inc()
+		}
+		return
+	}
+	p := r.fresh[r.freshN-1]
+	if f.n > p.Cap() {
+		q.c.rxTooBig.inc()
+		return
+	}
+	r.takeFresh()
+	copy(p.SetLen(f.n), s.recv[f.off:f.off+f.n])
+	if f.infoOK {
+		applyRxInfo(&p.Meta, &f.info)
+	} else {
+		q.c.rxPPIErrors.inc()
+	}
+	q.c.rxPackets.inc()
+	q.c.rxBytes.add(uint64(f.n))
+	r.deliver(p)
+}
+
+// unhold copies held frames into pkts, oldest first, while the pool has
+// packets, and owes each transfer page's completion once its last frame
+// is out of the receive buffer. inMu is held.
+func (q *Queue) unhold(pkts []*frame.Packet) (int, error) {
+	s, r := q.s, &q.rx
+	n := 0
+	for r.hLen > 0 && n < len(pkts) {
+		if r.freshN == 0 && !r.refill(q.pool) {
+			break
+		}
+		h := &r.held[r.hHead]
+		p := r.fresh[r.freshN-1]
+		if int(h.n) <= p.Cap() {
+			r.takeFresh()
+			copy(p.SetLen(int(h.n)), s.recv[h.off:h.off+h.n])
+			if h.infoOK {
+				p.Meta = h.meta
+			} else {
+				q.c.rxPPIErrors.inc()
+			}
+			q.c.rxPackets.inc()
+			q.c.rxBytes.add(uint64(h.n))
+			pkts[n] = p
+			n++
+		} else {
+			q.c.rxTooBig.inc()
+		}
+		if tid, last := r.popHeld(); last && !q.acks.add(tid) {
+			return n, protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", uint64(tid))
+		}
+	}
+	return n, nil
+}
+
+// rxHeldReady reports, without inMu, whether held frames could be copied
+// now: some are held and the pool has a packet.
+func (q *Queue) rxHeldReady() bool {
+	return q.rx.heldN.Load() > 0 && q.pool.Available() > 0
+}
+
+// rxControl handles an RNDIS control message (rxHandler).
+func (q *Queue) rxControl(msg []byte) error { return q.s.rndisControl(q, msg) }

@@ -78,20 +78,20 @@ func (q *Queue) segment(p *frame.Packet, info *rndis.PacketInfo) bool {
 	q.c.txSegmented.inc()
 	for i, off := 0, hdr; off < len(data); i, off = i+1, off+mss {
 		n := min(mss, len(data)-off)
-		seg := q.segBuf[:hdr+n]
+		seg := q.tx.segBuf[:hdr+n]
 		copy(seg, data[:hdr])
 		copy(seg[hdr:], data[off:off+n])
 		fixTCPSegment(seg, et, l3, l4, uint32(off-hdr), i, off+n == len(data), off == hdr)
 		q.copyPiece(seg, &sub)
 	}
-	q.txDone = append(q.txDone, p)
+	q.tx.consumed(p)
 	return true
 }
 
 // reserve reports whether k pieces surely fit: a section each (the worst
 // case) and ring room for their sends.
 func (q *Queue) reserve(k int) bool {
-	if q.sec.len()+len(q.stash) < k+1 {
+	if q.tx.sections() < k+1 {
 		q.c.txNoSpace.inc()
 		return false
 	}

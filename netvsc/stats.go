@@ -24,19 +24,23 @@ func (c *ctr) load() uint64 { return c.v.Load() }
 // queueCounters are one queue's counters. Names follow Linux hv_netvsc's
 // ethtool -S (docs/protocol/netvsc.md §6) where one exists.
 type queueCounters struct {
-	// under inMu (the drain)
+	// under inMu (the drain, and sleep)
 	rxPackets, rxBytes   ctr
-	rxNoMemory           ctr // frames dropped: pool empty or staging full (DPDK "ring full", imissed)
+	rxNoMemory           ctr // frames dropped: no packet, staging and held ring full (DPDK "ring full", imissed)
+	rxHeld               ctr // frames left in the receive buffer, their completion held: no packet or staging slot
 	rxTooBig             ctr // frames larger than a packet buffer, dropped
-	rxCompBusy           ctr // receive completions deferred: outbound ring full
-	rxCompSent           ctr // receive completions sent
 	rxXfers              ctr // transfer-page packets
 	txPackets, txBytes   ctr // counted when the host completes the send (DPDK)
 	txCompletions        ctr // send completions received
 	txFailed             ctr // completions with a status other than success
 	rxPPIErrors          ctr // frames whose per-packet info was unreadable (delivered without metadata)
 	txWakeups, rxWakeups ctr
-	rxPolls, idleSleeps  ctr
+	idleSleeps           ctr
+	// under outMu
+	rxCompBusy ctr // receive completions deferred: outbound ring full
+	rxCompSent ctr // receive completions sent
+	// by Wait's caller (one goroutine), under no lock
+	rxPolls ctr
 	// under txMu
 	txSendFull ctr // no free send section: the frame went GPA-direct (Linux tx_send_full)
 	txBusy     ctr // outbound ring full or request table full (Linux tx_busy)
@@ -77,6 +81,11 @@ type QueueStats struct {
 	// TxLSO counts large sends handed to the host with the LSOv2
 	// per-packet info (the host cuts them into segments).
 	TxLSO uint64
+	// RxHeld counts frames that found no packet or staging slot and were
+	// left in the receive buffer, their transfer page's completion held
+	// until a later RxBurst copied them: the host's buffer fills and it
+	// drops, instead of the guest dropping frames it took.
+	RxHeld uint64
 	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
 	// asleep on the interrupt fd (hybrid: both; poll: only the first).
 	PollSeconds, SleepSeconds float64
@@ -97,7 +106,7 @@ func (q *Queue) stats() QueueStats {
 		TxCompletions: c.txCompletions.load(), TxFailed: c.txFailed.load(), RxXfers: c.rxXfers.load(),
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
 		StopQueue: c.stopQueue.load(), TxDropOversize: c.txDropOversize.load(),
-		TxLSO:       c.txLSO.load(),
+		TxLSO: c.txLSO.load(), RxHeld: c.rxHeld.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
 		Channel: q.ch.Stats(),
 	}
@@ -173,6 +182,7 @@ func (s *Stats) Ethtool() []Named {
 			Named{fmt.Sprintf("tx_queue_%d_failed", n), q.TxFailed},
 			Named{fmt.Sprintf("tx_queue_%d_drop_oversize", n), q.TxDropOversize},
 			Named{fmt.Sprintf("rx_queue_%d_too_big", n), q.RxTooBig},
+			Named{fmt.Sprintf("rx_queue_%d_held", n), q.RxHeld},
 			Named{fmt.Sprintf("rx_queue_%d_signals", n), q.Channel.RxSignals},
 			Named{fmt.Sprintf("tx_queue_%d_signals", n), q.Channel.TxSignals},
 			Named{fmt.Sprintf("queue_%d_wakeups", n), q.Channel.Wakeups},

@@ -3,6 +3,7 @@ package netvsc
 import (
 	"context"
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmbusd/vmbusd/frame"
@@ -37,6 +38,166 @@ import (
 
 // nvspSendSize is the ring bytes of one section send.
 var nvspSendSize = vmbus.PacketSize(0, nvsp.MessageSize)
+
+// txPath is a queue's transmit state. txMu guards it, except where a
+// field says otherwise: the free rings are single-producer (the drain,
+// under inMu, puts what the host completed) single-consumer (the sender,
+// under txMu), and the per-slot bookkeeping of a send in flight
+// (secFrames, secBytes, gpaPkts, gpaBytes) has one owner at a time: the
+// sender writes a slot before its request enters the ring, the drain
+// reads it when the host completes that request and only then puts the
+// index back in the free ring.
+type txPath struct {
+	// Send sections of this queue's run [secLo, secLo+len(secFrames)),
+	// fixed by assignSections before the data path runs.
+	sec       *idxRing // free sections (SPSC, above)
+	secLo     int
+	secFrames []uint32 // per section of the run: frames in flight (handed over, above)
+	secBytes  []uint32
+	stash     []uint32     // sections taken but not used; taken again first
+	gpaSt     []uint32     // GPA slots taken but not used
+	stashN    atomic.Int32 // len(stash)+len(gpaSt), for the lock-free txReady
+	cur       openSection  // the section being filled in this burst
+
+	gpa      *idxRing        // free GPA-direct slots (SPSC, above)
+	gpaPkts  []*frame.Packet // per slot: the packet in flight (handed over, above)
+	gpaBytes []uint32
+
+	// Scratch for building one send.
+	nvspBuf []byte
+	hdrBuf  []byte
+	pfns    []uint64
+	segBuf  []byte
+	done    []*frame.Packet // copied packets, freed at the end of the burst
+}
+
+type openSection struct {
+	open   bool
+	idx    int
+	used   int
+	frames int
+	bytes  int
+	last   int
+}
+
+// init sets the path up for frames of mtu, every GPA slot free and no
+// section yet (assign).
+func (t *txPath) init(mtu int) {
+	t.sec = newIdxRing(1)
+	t.gpa = newIdxRing(gpaSlots)
+	for i := range gpaSlots {
+		t.gpa.put(uint32(i))
+	}
+	t.gpaPkts, t.gpaBytes = make([]*frame.Packet, gpaSlots), make([]uint32, gpaSlots)
+	t.nvspBuf = make([]byte, 0, nvsp.MessageSize)
+	t.hdrBuf = make([]byte, 0, 1024)
+	t.pfns = make([]uint64, 0, 128)
+	t.done = make([]*frame.Packet, 0, 256)
+	t.segBuf = make([]byte, mtu+EthernetHeaderSize)
+}
+
+// assign gives the path sections [lo, hi) of the send buffer.
+func (t *txPath) assign(lo, hi int) {
+	t.secLo = lo
+	t.sec = newIdxRing(hi - lo)
+	t.secFrames = make([]uint32, hi-lo)
+	t.secBytes = make([]uint32, hi-lo)
+	for i := lo; i < hi; i++ {
+		t.sec.put(uint32(i))
+	}
+}
+
+// takeSection returns a free section, the stashed ones first.
+func (t *txPath) takeSection() (uint32, bool) {
+	if n := len(t.stash); n > 0 {
+		v := t.stash[n-1]
+		t.stash = t.stash[:n-1]
+		t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+		return v, true
+	}
+	return t.sec.take()
+}
+
+// untakeSection parks a section taken but not sent: the free ring has a
+// single producer (the completion path), so the consumer keeps its own
+// short list.
+func (t *txPath) untakeSection(idx uint32) {
+	t.stash = append(t.stash, idx)
+	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+}
+
+// sections returns how many sections a burst may take now.
+func (t *txPath) sections() int { return t.sec.len() + len(t.stash) }
+
+func (t *txPath) takeGPA() (uint32, bool) {
+	if n := len(t.gpaSt); n > 0 {
+		v := t.gpaSt[n-1]
+		t.gpaSt = t.gpaSt[:n-1]
+		t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+		return v, true
+	}
+	return t.gpa.take()
+}
+
+// untakeGPA parks a GPA slot taken but not used, as untakeSection.
+func (t *txPath) untakeGPA(slot uint32) {
+	t.gpaSt = append(t.gpaSt, slot)
+	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+}
+
+// ready reports, without locks, whether a section or GPA slot is free.
+func (t *txPath) ready() bool {
+	return t.sec.len() > 0 || t.gpa.len() > 0 || t.stashN.Load() > 0
+}
+
+// sectionDone frees section idx, which the host completed, and returns
+// what it carried; ok is false when idx is not one of the path's. Drain
+// side (inMu).
+func (t *txPath) sectionDone(idx uint32) (frames, bytes uint32, ok bool) {
+	i := int(idx) - t.secLo
+	if i < 0 || i >= len(t.secFrames) {
+		return 0, 0, false
+	}
+	frames, bytes = t.secFrames[i], t.secBytes[i]
+	t.sec.put(idx)
+	return frames, bytes, true
+}
+
+// gpaDone frees GPA slot idx, which the host completed, and returns its
+// packet for the caller to free. Drain side (inMu).
+func (t *txPath) gpaDone(idx uint32) (*frame.Packet, uint32, bool) {
+	if int(idx) >= len(t.gpaPkts) {
+		return nil, 0, false
+	}
+	pk, bytes := t.gpaPkts[idx], t.gpaBytes[idx]
+	t.gpaPkts[idx] = nil
+	t.gpa.put(idx)
+	return pk, bytes, true
+}
+
+// consumed queues a packet the burst is done with (copied or dropped) to
+// be freed when the burst ends.
+func (t *txPath) consumed(p *frame.Packet) { t.done = append(t.done, p) }
+
+// freeConsumed frees the packets the burst consumed.
+func (t *txPath) freeConsumed() {
+	if len(t.done) > 0 {
+		frame.PutBurst(t.done)
+		clear(t.done)
+		t.done = t.done[:0]
+	}
+}
+
+// freeAll frees the packets of GPA sends in flight; the queue is
+// quiesced.
+func (t *txPath) freeAll() {
+	for i, p := range t.gpaPkts {
+		if p != nil {
+			p.Free()
+			t.gpaPkts[i] = nil
+		}
+	}
+}
 
 // TxBurst queues frames for transmission and returns how many it took.
 // Taken packets belong to the queue (freed once copied, or when the host
@@ -92,11 +253,7 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 		s.fail(err)
 	}
 	q.outMu.Unlock()
-	if len(q.txDone) > 0 {
-		frame.PutBurst(q.txDone)
-		clear(q.txDone)
-		q.txDone = q.txDone[:0]
-	}
+	q.tx.freeConsumed()
 	return n
 }
 
@@ -106,7 +263,7 @@ func (q *Queue) txOne(p *frame.Packet) bool {
 	s := q.s
 	if p.Len() == 0 {
 		q.c.txTooBig.inc()
-		q.txDone = append(q.txDone, p)
+		q.tx.consumed(p)
 		return true
 	}
 	data := p.Data()
@@ -143,7 +300,7 @@ func (q *Queue) txOne(p *frame.Packet) bool {
 			if info.Has&rndis.InfoLSO != 0 {
 				q.c.txLSO.inc()
 			}
-			q.txDone = append(q.txDone, p)
+			q.tx.consumed(p)
 			return true
 		case copyRingFull:
 			return false
@@ -174,7 +331,7 @@ func (q *Queue) txOne(p *frame.Packet) bool {
 // drop frees a frame the queue cannot send, counting it under c.
 func (q *Queue) drop(p *frame.Packet, c *ctr) bool {
 	c.inc()
-	q.txDone = append(q.txDone, p)
+	q.tx.consumed(p)
 	return true
 }
 
@@ -242,7 +399,7 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 	if need > s.aggMax {
 		return nil, copyNoSection // the callers check; a section could never hold it
 	}
-	c := &q.cur
+	c := &q.tx.cur
 	if c.open {
 		pos := (c.used + s.align - 1) &^ (s.align - 1)
 		if c.frames < s.maxPkts && pos+need <= s.aggMax {
@@ -264,7 +421,7 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 		q.c.txBusy.inc()
 		return nil, copyRingFull
 	}
-	idx, ok := q.takeSection()
+	idx, ok := q.tx.takeSection()
 	if !ok {
 		return nil, copyNoSection
 	}
@@ -274,30 +431,20 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 	return sec[hdr:need], copyOK
 }
 
-func (q *Queue) takeSection() (uint32, bool) {
-	if n := len(q.stash); n > 0 {
-		v := q.stash[n-1]
-		q.stash = q.stash[:n-1]
-		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
-		return v, true
-	}
-	return q.sec.take()
-}
-
 // flushSection sends the open section. Ring space for it was checked
 // when it was opened, and outMu has been held since.
 func (q *Queue) flushSection() {
-	c := &q.cur
+	c := &q.tx.cur
 	if !c.open {
 		return
 	}
 	c.open = false
-	i := c.idx - q.secLo
-	q.secFrames[i], q.secBytes[i] = uint32(c.frames), uint32(c.bytes)
-	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(q.nvspBuf[:0])
-	if _, err := q.ch.SendRequest(vmbus.PacketInband, cookieSection|uint64(c.idx), nil, q.nvspBuf); err != nil {
-		q.stash = append(q.stash, uint32(c.idx))
-		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
+	t := &q.tx
+	i := c.idx - t.secLo
+	t.secFrames[i], t.secBytes[i] = uint32(c.frames), uint32(c.bytes)
+	t.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: uint32(c.idx), SectionSize: uint32(c.used)}.Marshal(t.nvspBuf[:0])
+	if _, err := q.ch.SendRequest(vmbus.PacketInband, cookieSection|uint64(c.idx), nil, t.nvspBuf); err != nil {
+		t.untakeSection(uint32(c.idx))
 		q.c.txBusy.inc()
 		if _, full := err.(*vmbus.RingFullError); !full && err != vmbus.ErrTooManyRequests {
 			q.s.fail(err)
@@ -315,10 +462,11 @@ func (q *Queue) sendGPA(p *frame.Packet, info *rndis.PacketInfo) bool {
 	hdrLen := rndis.PacketHeaderSize + info.PPILen()
 	if p.Headroom() < hdrLen {
 		q.c.txTooBig.inc()
-		q.txDone = append(q.txDone, p)
+		q.tx.consumed(p)
 		return true
 	}
-	slot, ok := q.takeGPA()
+	t := &q.tx
+	slot, ok := t.takeGPA()
 	if !ok {
 		q.c.txNoSpace.inc()
 		return false
@@ -327,25 +475,25 @@ func (q *Queue) sendGPA(p *frame.Packet, info *rndis.PacketInfo) bool {
 	// stays where it was, for a retry or the completion.
 	flen := p.Len()
 	rndis.PutPacketHeader(p.Prepend(hdrLen), info, flen)
-	pageOff, pfns, ok := gpaOf(p, q.pfns[:0])
+	pageOff, pfns, ok := gpaOf(p, t.pfns[:0])
 	p.TrimFront(hdrLen)
-	q.pfns = pfns[:0]
+	t.pfns = pfns[:0]
 	if !ok {
-		q.gpaUntake(slot) // cannot happen: the pool is GPA-backed
+		t.untakeGPA(slot) // cannot happen: the pool is GPA-backed
 		return false
 	}
-	q.hdrBuf = vmbus.GPAHeader(q.hdrBuf[:0], 1)
-	q.hdrBuf = vmbus.AppendGPARange(q.hdrBuf, uint32(hdrLen+flen), pageOff, pfns)
-	if q.ch.Out().Free() <= vmbus.PacketSize(len(q.hdrBuf), nvsp.MessageSize)+nvspSendSize {
-		q.gpaUntake(slot)
+	t.hdrBuf = vmbus.GPAHeader(t.hdrBuf[:0], 1)
+	t.hdrBuf = vmbus.AppendGPARange(t.hdrBuf, uint32(hdrLen+flen), pageOff, pfns)
+	if q.ch.Out().Free() <= vmbus.PacketSize(len(t.hdrBuf), nvsp.MessageSize)+nvspSendSize {
+		t.untakeGPA(slot)
 		q.c.txBusy.inc()
 		return false
 	}
-	q.gpaPkts[slot], q.gpaBytes[slot] = p, uint32(flen)
-	q.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(q.nvspBuf[:0])
-	if _, err := q.ch.SendRequest(vmbus.PacketGPADirect, cookieGPA|uint64(slot), q.hdrBuf, q.nvspBuf); err != nil {
-		q.gpaPkts[slot] = nil
-		q.gpaUntake(slot)
+	t.gpaPkts[slot], t.gpaBytes[slot] = p, uint32(flen)
+	t.nvspBuf = nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(t.nvspBuf[:0])
+	if _, err := q.ch.SendRequest(vmbus.PacketGPADirect, cookieGPA|uint64(slot), t.hdrBuf, t.nvspBuf); err != nil {
+		t.gpaPkts[slot] = nil
+		t.untakeGPA(slot)
 		q.c.txBusy.inc()
 		if _, full := err.(*vmbus.RingFullError); !full && err != vmbus.ErrTooManyRequests {
 			q.s.fail(err)
@@ -357,24 +505,6 @@ func (q *Queue) sendGPA(p *frame.Packet, info *rndis.PacketInfo) bool {
 		q.c.txLSO.inc()
 	}
 	return true
-}
-
-// gpaUntake parks a slot the consumer took but did not use: the free ring
-// has a single producer (the completion path), so the consumer keeps its
-// own short list, as for sections.
-func (q *Queue) gpaUntake(slot uint32) {
-	q.gpaSt = append(q.gpaSt, slot)
-	q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
-}
-
-func (q *Queue) takeGPA() (uint32, bool) {
-	if n := len(q.gpaSt); n > 0 {
-		v := q.gpaSt[n-1]
-		q.gpaSt = q.gpaSt[:n-1]
-		q.stashN.Store(int32(len(q.stash) + len(q.gpaSt)))
-		return v, true
-	}
-	return q.gpa.take()
 }
 
 // WaitTx blocks until TxBurst may find room again (a free section, GPA
@@ -399,18 +529,18 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 			q.txWaitWritable(ctx)
 			continue
 		}
-		q.txWaiting.Store(true)
+		q.w.txWaiting.Store(true)
 		if q.inMu.TryLock() {
 			if s.err() == nil {
 				q.drainLocked()
 			}
 			q.inMu.Unlock()
 			if q.txReady() {
-				q.txWaiting.Store(false)
+				q.w.txWaiting.Store(false)
 				return nil
 			}
 			err := q.sleep(ctx, 1)
-			q.txWaiting.Store(false)
+			q.w.txWaiting.Store(false)
 			if err != nil {
 				return err
 			}
@@ -418,20 +548,20 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 		}
 		t := time.NewTimer(time.Millisecond)
 		select {
-		case <-q.txWake:
+		case <-q.w.txWake:
 		case <-t.C:
 		case <-ctx.Done():
 		case <-s.dead:
 		}
 		t.Stop()
-		q.txWaiting.Store(false)
+		q.w.txWaiting.Store(false)
 	}
 }
 
 // txReady reports whether a send could proceed: a free section (or GPA
 // slot) and ring room. Lock-free.
 func (q *Queue) txReady() bool {
-	return (q.sec.len() > 0 || q.gpa.len() > 0 || q.stashN.Load() > 0) && !q.txRingFull()
+	return q.tx.ready() && !q.txRingFull()
 }
 
 func (q *Queue) txRingFull() bool {

@@ -112,7 +112,7 @@ func (q *Queue) vfRx(pkts []*frame.Packet) int {
 	if n > 0 {
 		v.rxPackets.add(uint64(n))
 		v.rxBytes.add(bytes)
-		q.lastRx.Store(nanotime())
+		q.rx.lastRx.Store(nanotime())
 	}
 	return n
 }
@@ -122,7 +122,7 @@ func (q *Queue) vfDrainLocked() int {
 	v := q.vf
 	total := 0
 	for {
-		room := min(len(q.stage)-q.stLen, vfBurst)
+		room := min(q.rx.room(), vfBurst)
 		if room == 0 {
 			for _, s := range v.bindRx() {
 				if s.RxPending() {
@@ -133,7 +133,7 @@ func (q *Queue) vfDrainLocked() int {
 		}
 		k := q.vfRx(v.drainPkts[:room])
 		for _, p := range v.drainPkts[:k] {
-			q.stageLocked(p)
+			q.rx.push(p)
 		}
 		clear(v.drainPkts[:k])
 		total += k
@@ -187,13 +187,7 @@ func (q *Queue) vfArm() bool {
 // makes a new one. Transmit's sleep (WaitTx) holds the receive lock too,
 // so both are woken; a spurious return is allowed to both.
 func (q *Queue) vfKick() {
-	q.wmu.Lock()
-	for i := range q.wctx {
-		if c := q.wctx[i].cancel; c != nil {
-			c()
-		}
-	}
-	q.wmu.Unlock()
+	q.w.kick()
 }
 
 // vfTx sends a burst on the VF. It returns how many packets it took and

@@ -1,0 +1,235 @@
+package netvsc
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vmbusd/vmbusd/vmbus"
+)
+
+// waiter is what ends a queue's sleeps: one context per sleeping role
+// (Wait, WaitTx) that Close, Reconfigure or the VF cancel, and the
+// channel a transmit waiter blocks on while someone else drains.
+//
+// mu guards ctx and interrupted; it is a leaf lock (taken under inMu by a
+// sleeper, alone by interrupt and kick). txWaiting is atomic and txWake
+// immutable after newQueue.
+type waiter struct {
+	mu          sync.Mutex
+	ctx         [2]waitCtx // by role: 0 Wait, 1 WaitTx
+	interrupted error      // why the queue stopped for good; nil while it runs
+
+	txWaiting atomic.Bool   // a WaitTx waits on txWake
+	txWake    chan struct{} // 1-buffered: a drain found work
+}
+
+type waitCtx struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context returns a context that ends with parent or when the queue is
+// interrupted (Close, Reconfigure), reusing one per role while the caller
+// keeps passing the same parent, so a sleeping loop allocates nothing.
+func (w *waiter) context(parent context.Context, role int) (context.Context, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.interrupted != nil {
+		return nil, w.interrupted
+	}
+	c := &w.ctx[role]
+	if c.parent == parent && c.ctx != nil && c.ctx.Err() == nil {
+		return c.ctx, nil
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.ctx, c.cancel = context.WithCancel(parent)
+	c.parent = parent
+	return c.ctx, nil
+}
+
+// err returns why the queue was interrupted, or nil.
+func (w *waiter) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.interrupted
+}
+
+// kick ends the sleeps in progress; the next sleep makes a new context.
+func (w *waiter) kick() {
+	w.mu.Lock()
+	for i := range w.ctx {
+		if c := w.ctx[i].cancel; c != nil {
+			c()
+		}
+	}
+	w.mu.Unlock()
+}
+
+// interrupt wakes sleepers for good: their next sleep returns err.
+func (w *waiter) interrupt(err error) {
+	w.mu.Lock()
+	if w.interrupted == nil {
+		w.interrupted = err
+	}
+	for i := range w.ctx {
+		if w.ctx[i].cancel != nil {
+			w.ctx[i].cancel()
+		}
+	}
+	w.mu.Unlock()
+	w.pokeTx()
+}
+
+// wakeTx wakes a WaitTx waiting for someone else's drain.
+func (w *waiter) wakeTx() {
+	if w.txWaiting.Load() {
+		w.pokeTx()
+	}
+}
+
+func (w *waiter) pokeTx() {
+	select {
+	case w.txWake <- struct{}{}:
+	default:
+	}
+}
+
+// rxReady reports, without locks, whether RxBurst would find something:
+// staged packets or unread bytes in the inbound ring.
+func (q *Queue) rxReady() bool {
+	if q.rx.stCount.Load() > 0 || q.vfPending() || q.rxHeldReady() {
+		return true
+	}
+	_, in := q.ch.RingUsage()
+	return in != 0
+}
+
+// Wait blocks until RxBurst may find work, the NIC fails, or ctx ends. In
+// Hybrid mode it first polls for Config.PollBudget since the queue last
+// found work, then unmasks the channel's interrupt, checks again and
+// sleeps on the device's interrupt fd; Poll never sleeps; Interrupt sleeps
+// at once. A nil return can be spurious.
+func (q *Queue) Wait(ctx context.Context) error {
+	if err := q.s.err(); err != nil {
+		return err
+	}
+	if q.rxReady() {
+		return nil
+	}
+	start := nanotime()
+	switch q.s.cfg.Mode {
+	case Poll:
+		defer func() { q.c.pollNanos.v.Add(uint64(nanotime() - start)) }()
+		for i := 1; ; i++ {
+			if q.rxReady() {
+				return nil
+			}
+			if i%64 == 0 {
+				if err := q.s.err(); err != nil {
+					return err
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if q.acks.pending() {
+					q.sendAcks(false)
+				}
+				// Busy polling wants a P of its own: with GOMAXPROCS no
+				// larger than the polling queues, fd-driven goroutines
+				// (TAP readers, the interrupt loop) wait for sysmon's
+				// netpoll (~10 ms). Yield so that GOMAXPROCS=1 works.
+				runtime.Gosched()
+			}
+		}
+	case Hybrid:
+		budget := int64(q.s.cfg.PollBudget)
+		for i := 1; nanotime()-q.rx.lastRx.Load() < budget; i++ {
+			if q.rxReady() {
+				q.c.rxPolls.inc()
+				q.c.pollNanos.v.Add(uint64(nanotime() - start))
+				return nil
+			}
+			if i%64 == 0 {
+				if err := q.s.err(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	slept := nanotime()
+	q.c.pollNanos.v.Add(uint64(slept - start))
+	err := q.sleep(ctx, 0)
+	q.c.sleepNanos.v.Add(uint64(nanotime() - slept))
+	return err
+}
+
+// sleep is the blocking half of Wait (role 0) and WaitTx (role 1): under
+// inMu, drain what is there, then unmask, re-check and block on the
+// channel (vmbus WaitReadable). Owed receive completions are retried
+// first; while they cannot be sent it sleeps briefly instead.
+func (q *Queue) sleep(ctx context.Context, role int) error {
+	q.inMu.Lock()
+	defer q.inMu.Unlock()
+	if err := q.s.err(); err != nil {
+		return err
+	}
+	// Frames for RxBurst end Wait's sleep, not WaitTx's: WaitTx would
+	// only loop back here, spinning while nobody receives them.
+	if role == 0 && (q.rx.stLen > 0 || q.rxHeldReady()) {
+		return nil
+	}
+	if q.acks.pending() {
+		q.sendAcks(true)
+	}
+	// Owed completions the ring cannot take, or frames held for want of
+	// packets (the host sends nothing more meanwhile, and nothing wakes
+	// us when the caller frees packets): nap instead of sleeping on the
+	// ring.
+	if q.acks.pending() || (role == 0 && q.rx.hLen > 0) {
+		t := time.NewTimer(200 * time.Microsecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	wctx, err := q.w.context(ctx, role)
+	if err != nil {
+		return err
+	}
+	if role == 0 && q.vfArm() {
+		return nil // the VF has frames: no sleep
+	}
+	q.c.idleSleeps.inc()
+	err = q.ch.WaitReadable(wctx)
+	if err != nil {
+		if e := q.s.err(); e != nil {
+			return e
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ie := q.w.err(); ie != nil {
+			return ie
+		}
+		if _, dead := vmbus.IsCorrupt(err); dead || q.ch.Err() != nil {
+			q.s.fail(err)
+			return q.s.err()
+		}
+		return nil
+	}
+	if role == 0 {
+		q.c.rxWakeups.inc()
+	} else {
+		q.c.txWakeups.inc()
+	}
+	return nil
+}
