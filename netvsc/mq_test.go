@@ -433,3 +433,52 @@ func TestRescindDuringSubchannelWait(t *testing.T) {
 		t.Fatal("Open did not return on the rescind")
 	}
 }
+
+// TestCloseWaitsForEveryQueuesSends: Close halts the NIC only after the
+// host has completed the sends in flight on every queue, not only on the
+// primary's (docs/protocol/netvsc.md §2.10: Linux waits for every send and
+// receive completion around HALT). Frames sent on a sub-channel and never
+// reaped by a later burst are counted as transmitted once Close returns.
+func TestCloseWaitsForEveryQueuesSends(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	gen := sim.NewGenerator(sim.GeneratorConfig{Idle: true})
+	defer gen.Close()
+	n := openOn(t, h, sim.NICConfig{MaxQueues: 2}, gen, netvsc.Config{Queues: 2, Mode: netvsc.Interrupt})
+	qs := n.Queues()
+	if len(qs) != 2 {
+		t.Fatalf("%d queues", len(qs))
+	}
+	const frames = 300
+	peer := []byte{0x02, 0, 0, 0, 0, 9}
+	tmpl := testFrame(peer, n.MAC(), 200, 0, 1000)
+	pkts := make([]*frame.Packet, 32)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for sent := 0; sent < frames; {
+		k := qs[1].AllocBurst(pkts[:min(len(pkts), frames-sent)])
+		for _, p := range pkts[:k] {
+			copy(p.SetLen(len(tmpl)), tmpl)
+		}
+		m := qs[1].TxBurst(pkts[:k])
+		frame.PutBurst(pkts[m:k])
+		sent += m
+		if m < k || k == 0 {
+			if err := qs[1].WaitTx(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := qs[1].Stats().TxPackets; got != frames {
+		t.Fatalf("queue 1 counted %d frames transmitted when Close returned, want %d (completions left behind); q1 %+v host %+v", got, frames, qs[1].Stats(), gen.Stats())
+	}
+	if got := gen.Stats().Received; got != frames {
+		t.Fatalf("host received %d frames, want %d", got, frames)
+	}
+}

@@ -531,6 +531,14 @@ func (s *session) teardown() {
 	c.held = true
 	defer func() { c.held = false }()
 	t := min(s.cfg.ControlTimeout, time.Second)
+	// Frames the application handed over are still the host's to deliver:
+	// wait (bounded) for every queue's sends to complete before the
+	// goodbyes, after which the host fails what it has not read yet
+	// (Linux waits until every channel is empty before it closes).
+	drainBy := time.Now().Add(min(t, 500*time.Millisecond))
+	for time.Now().Before(drainBy) && !s.sendsDone() {
+		time.Sleep(100 * time.Microsecond) // paces a bounded poll
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), t)
 	defer cancel()
 	if err := c.setUint32(ctx, rndis.OIDGenCurrentPacketFilter, rndis.NDISPacketTypeNone); err != nil {
@@ -542,17 +550,32 @@ func (s *session) teardown() {
 	c.inband(nvsp.RevokeRecvBuf{ID: nvsp.RecvBufID}.Marshal(nil))
 	c.inband(nvsp.RevokeSendBuf{ID: nvsp.SendBufIDDPDK}.Marshal(nil))
 	// Linger until the host has read the goodbyes and completed what was
-	// in flight (DPDK drains up to 1 s, lingering 200 ms per revoke).
-	q0 := s.queues[0]
+	// in flight on every queue, as Linux waits for every completion around
+	// HALT (DPDK drains up to 1 s, lingering 200 ms per revoke). Every
+	// queue is quiesced, so its receive side may be drained here. The
+	// pause paces a poll bounded by the deadline; it waits for nothing.
 	deadline := time.Now().Add(min(t, 200*time.Millisecond))
-	for time.Now().Before(deadline) && q0.ch.Err() == nil {
-		q0.drainLocked()
-		out, _ := q0.ch.RingUsage()
-		if q0.ch.InFlight() == 0 && out == 0 {
-			break
-		}
+	for time.Now().Before(deadline) && !s.sendsDone() {
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// sendsDone drains every quiesced queue once and reports whether all of
+// them have nothing in flight and nothing unread by the host (a queue whose
+// channel died has nothing more to wait for).
+func (s *session) sendsDone() bool {
+	done := true
+	for _, q := range s.queues {
+		if q.ch.Err() != nil {
+			continue
+		}
+		q.drainLocked()
+		out, _ := q.ch.RingUsage()
+		if q.ch.InFlight() != 0 || out != 0 {
+			done = false
+		}
+	}
+	return done
 }
 
 // newQueue sets up a queue on a channel; its send sections are assigned
