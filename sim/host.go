@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/internal/hoptrace"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -82,6 +83,9 @@ type Config struct {
 	// connection (a one-shot fault fires once per device). Device.SetFault
 	// switches them per device afterwards.
 	Faults []Fault
+	// Stamps, when set, receives the host's hops of a traced round trip
+	// (package hoptrace): its monitor scans and its interrupts.
+	Stamps *hoptrace.Stamps
 }
 
 // absLinkRoots holds the roots whose hosts write absolute links.
@@ -395,6 +399,7 @@ func (h *Host) runMonitor() {
 			bits := vmbus.MonitorPending(h.monPage, g)
 			if bits != 0 {
 				lastBit = time.Now()
+				h.cfg.Stamps.Stamp(hoptrace.HostScan)
 			}
 			for bits != 0 {
 				b := bits32.TrailingZeros32(bits)

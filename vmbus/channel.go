@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vmbusd/vmbusd/internal/hoptrace"
 )
 
 // A Channel is one VMBus channel as the guest sees it: an outbound ring the
@@ -137,6 +139,8 @@ type Channel struct {
 	deadOnce sync.Once
 	err      atomic.Pointer[error]
 
+	trace atomic.Pointer[hoptrace.Stamps] // nil unless a latency trace runs
+
 	txPackets, txBytes, txCommits, txSignals, txFullWaits counter
 	rxPackets, rxBytes, rxCommits, rxSignals              counter
 	wakeups, missed, idleWaits, shared                    counter // both sides: atomic adds
@@ -247,9 +251,17 @@ func (c *Channel) check(err error) error {
 	return err
 }
 
+// SetTrace makes a guest's channel stamp its hops of a round trip
+// (package hoptrace): its signals to the host and its interrupts. nil
+// stops it.
+func (c *Channel) SetTrace(s *hoptrace.Stamps) { c.trace.Store(s) }
+
 // Notify wakes the channel's waiters to re-check their rings: the device
 // calls it for every interrupt; the simulated host for every guest signal.
 func (c *Channel) Notify() {
+	if s := c.trace.Load(); s != nil {
+		s.Stamp(hoptrace.GuestWake)
+	}
 	select {
 	case c.wakeRx <- struct{}{}:
 	default:
@@ -338,6 +350,9 @@ func (c *Channel) Flush() error {
 	c.txCommits.add(1)
 	if c.out.Commit() {
 		c.txSignals.add(1)
+		if s := c.trace.Load(); s != nil {
+			s.Stamp(hoptrace.GuestSignal)
+		}
 		if err := c.sig.Signal(); err != nil {
 			return fmt.Errorf("vmbus: channel %d: signal host: %w", c.relID, err)
 		}

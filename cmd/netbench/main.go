@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame"
+	"github.com/vmbusd/vmbusd/internal/hoptrace"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
@@ -56,6 +57,7 @@ var (
 	simRoot   = flag.String("root", "", "txonly: drive the first NIC of a host already serving this root (e.g. vmbusd sim --port sink) instead of starting one")
 	hostPID   = flag.Int("host-pid", 0, "txonly with -root: the host's pid, to report its CPU")
 	txSize    = flag.Int("size", 64, "txonly: frame size in bytes")
+	busyPolls = flag.String("busy-poll", "0", "latency: the NIC's busy-poll budgets to measure each wait mode with (comma-separated durations; 0: off)")
 )
 
 func main() {
@@ -102,8 +104,10 @@ func main() {
 			err = testTapVeth()
 		case "txonly":
 			err = testTxOnly()
+		case "latency":
+			err = testLatency()
 		default:
-			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, txonly, all)", t)
+			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, txonly, latency, all)", t)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "netbench:", t+":", err)
@@ -241,7 +245,16 @@ func runHost(args []string) error {
 	offloads := fs.Bool("offloads", true, "tap port: virtio-net header and offloads")
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the host")
 	traceOut := fs.String("trace", "", "write an execution trace of the host")
+	stampFile := fs.String("stamps", "", "stamp the host's hops of traced round trips into this hoptrace page")
 	fs.Parse(args)
+	var stamps *hoptrace.Stamps
+	if *stampFile != "" {
+		var err error
+		if stamps, err = hoptrace.Open(*stampFile); err != nil {
+			return err
+		}
+		defer stamps.Close()
+	}
 	if *traceOut != "" {
 		f, err := os.Create(*traceOut)
 		if err != nil {
@@ -258,7 +271,7 @@ func runHost(args []string) error {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	h, err := sim.New(sim.Config{Root: *root, Profile: sim.DefaultProfile})
+	h, err := sim.New(sim.Config{Root: *root, Profile: sim.DefaultProfile, Stamps: stamps})
 	if err != nil {
 		return err
 	}
@@ -281,7 +294,7 @@ func runHost(args []string) error {
 		if err != nil {
 			return err
 		}
-		t, err := sim.NewTAP(sim.TAPConfig{Netns: *ns, Name: "hv0", Addr: pfx, NoOffloads: !*offloads})
+		t, err := sim.NewTAP(sim.TAPConfig{Netns: *ns, Name: "hv0", Addr: pfx, NoOffloads: !*offloads, Stamps: stamps})
 		if err != nil {
 			return err
 		}
