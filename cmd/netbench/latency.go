@@ -21,8 +21,9 @@ import (
 	"github.com/vmbusd/vmbusd/tap"
 )
 
-// testLatency measures UDP request/response round trips (one 1-byte
-// datagram each way, one in flight, back to back as netperf's UDP_RR) from
+// testLatency measures UDP request/response round trips (-rounds of one
+// 1-byte datagram each way, one in flight, back to back as netperf's
+// UDP_RR, after 200 warm-up rounds) from
 // a guest namespace to a host namespace, through the TAP attachment in
 // each wait mode and through a veth pair, and breaks every vmbusd round
 // trip into its hops with package hoptrace: the guest, the simulated host
@@ -119,7 +120,7 @@ func testLatency() error {
 // latencyMode attaches a NIC in one wait mode to a fresh TAP and runs the
 // traced rounds.
 func latencyMode(h *host, gns, id string, mode netvsc.Mode, busyPoll time.Duration, stamps *hoptrace.Stamps) error {
-	n, err := h.open(netvsc.Config{Queues: *queues, Mode: mode, MonitorLatency: *monLat})
+	n, err := h.open(netvsc.Config{Queues: *queues, Mode: mode, MonitorLatency: *monLat, BusyPoll: busyPoll})
 	if err != nil {
 		return err
 	}
@@ -168,17 +169,14 @@ func latencyMode(h *host, gns, id string, mode netvsc.Mode, busyPoll time.Durati
 			continue
 		}
 		slices.Sort(d)
-		emit(map[string]any{"test": "latency-hop", "mode": mode.String(), "busy_poll_us": busyPoll.Microseconds(), "order": int(k),
+		emit(map[string]any{"test": "latency", "kind": "hop", "mode": mode.String(), "busy_poll_us": busyPoll.Microseconds(), "order": int(k),
 			"stage": k.String(), "n": len(d), "p50_us": pct(d, 50), "p99_us": pct(d, 99)},
-			"test", "mode", "busy_poll_us", "order", "stage", "n", "p50_us", "p99_us")
+			"test", "kind", "mode", "busy_poll_us", "order", "stage", "n", "p50_us", "p99_us")
 	}
 	return nil
 }
 
-const (
-	latencyWarmup = 200
-	latencyRounds = 3000
-)
+const latencyWarmup = 200
 
 // udpRounds runs the warm-up and the measured rounds against an echo
 // server; with stamps it clears the page before each request and hands
@@ -194,9 +192,9 @@ func udpRounds(gns, addr string, st *hoptrace.Stamps, each func(*[hoptrace.NumSt
 	}
 	defer c.Close()
 	b := make([]byte, 64)
-	rtts := make([]int64, 0, latencyRounds)
+	rtts := make([]int64, 0, *rounds)
 	var page [hoptrace.NumStages]int64
-	for i := range latencyWarmup + latencyRounds {
+	for i := range latencyWarmup + *rounds {
 		st.Reset()
 		t0 := hoptrace.Now()
 		st.StampAt(hoptrace.ClientSend, t0)
@@ -238,9 +236,9 @@ func udpEcho(c *net.UDPConn) {
 }
 
 func emitLatency(path, mode string, busyPoll time.Duration, sorted []int64, cpu, hostCPU float64) {
-	emit(map[string]any{"test": "latency", "path": path, "mode": mode, "busy_poll_us": busyPoll.Microseconds(), "rounds": len(sorted),
+	emit(map[string]any{"test": "latency", "kind": "rtt", "path": path, "mode": mode, "busy_poll_us": busyPoll.Microseconds(), "rounds": len(sorted),
 		"p50_us": pct(sorted, 50), "p90_us": pct(sorted, 90), "p99_us": pct(sorted, 99), "netbench_cpu": cpu, "host_cpu": hostCPU},
-		"test", "path", "mode", "busy_poll_us", "rounds", "p50_us", "p90_us", "p99_us", "netbench_cpu", "host_cpu")
+		"test", "kind", "path", "mode", "busy_poll_us", "rounds", "p50_us", "p90_us", "p99_us", "netbench_cpu", "host_cpu")
 }
 
 // pct is the p-th percentile of sorted nanoseconds, in µs.

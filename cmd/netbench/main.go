@@ -57,6 +57,7 @@ var (
 	simRoot   = flag.String("root", "", "txonly: drive the first NIC of a host already serving this root (e.g. vmbusd sim --port sink) instead of starting one")
 	hostPID   = flag.Int("host-pid", 0, "txonly with -root: the host's pid, to report its CPU")
 	txSize    = flag.Int("size", 64, "txonly: frame size in bytes")
+	rounds    = flag.Int("rounds", 3000, "latency: measured round trips per point")
 	busyPolls = flag.String("busy-poll", "0", "latency: the NIC's busy-poll budgets to measure each wait mode with (comma-separated durations; 0: off)")
 )
 
