@@ -4,7 +4,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"github.com/vmbusd/vmbusd/internal/hoptrace"
+	"github.com/vmbusd/vmbusd/hoptrace"
 
 	"github.com/vmbusd/vmbusd/vmbus"
 )

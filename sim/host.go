@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmbusd/vmbusd/internal/hoptrace"
+	"github.com/vmbusd/vmbusd/hoptrace"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 

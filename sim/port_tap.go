@@ -41,7 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame/csum"
-	"github.com/vmbusd/vmbusd/internal/hoptrace"
+	"github.com/vmbusd/vmbusd/hoptrace"
 )
 
 // TAPConfig describes a kernel port.

@@ -1,7 +1,7 @@
 package main
 
 // Request/response round trips through the TAP attachment, per wait mode,
-// broken down hop by hop (cmd/netbench latency, internal/hoptrace).
+// broken down hop by hop (cmd/netbench latency, hoptrace).
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func latencyRow() row {
 			"one in flight, back to back (netperf's UDP_RR), 200 warm-up rounds then the measured ones; p50/p90/p99 of " +
 			"the round trips, and the CPU of the netbench process (guest driver, client and server) and of the host over " +
 			"them. Every vmbusd round trip is traced: the client, the guest (`vmbus.Channel.SetTrace`, nictap's observer) " +
-			"and the simulated host stamp each hop's first occurrence into a shared page (internal/hoptrace, wall clock, " +
+			"and the simulated host stamp each hop's first occurrence into a shared page (hoptrace, wall clock, " +
 			"about 0.3 µs a stamp here); a hop's time is from the latest earlier hop, so the hops of one configuration " +
 			"add up to its round trip (p50s need not). Signals and interrupts appear only when the peer was asleep " +
 			"(n says how many rounds had the hop). The simulated host shares the machine's cores with the guest, the " +

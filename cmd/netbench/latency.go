@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/vmbusd/vmbusd/frame"
-	"github.com/vmbusd/vmbusd/internal/hoptrace"
+	"github.com/vmbusd/vmbusd/hoptrace"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/tap"

@@ -28,7 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame"
-	"github.com/vmbusd/vmbusd/internal/hoptrace"
+	"github.com/vmbusd/vmbusd/hoptrace"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
