@@ -414,13 +414,14 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	var count atomic.Uint64
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	// The receive loops read the rings until they see ctx end: they are
+	// waited for before Close unmaps them.
+	var rxWG *sync.WaitGroup
 	if dir == "rx" {
-		wg2 := rxLoop(ctx, n, &count)
-		defer wg2.Wait()
+		rxWG = rxLoop(ctx, n, &count)
 	} else {
 		var rxc atomic.Uint64
-		wg2 := rxLoop(ctx, n, &rxc)
-		defer wg2.Wait()
+		rxWG = rxLoop(ctx, n, &rxc)
 		for _, q := range n.Queues() {
 			wg.Add(1)
 			go func() { defer wg.Done(); txLoop(ctx, n, q, size, 0, 0, &count) }()
@@ -436,6 +437,7 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	s1 := n.Stats()
 	cancel()
 	wg.Wait()
+	rxWG.Wait()
 	n.Close()
 	h.stop()
 	pk := float64(p1 - p0)
