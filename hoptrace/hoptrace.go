@@ -199,8 +199,13 @@ func Legs(page *[NumStages]int64) (legs [NumStages]int64, ok [NumStages]bool) {
 	return legs, ok
 }
 
-// Read copies the slots out; 0 is a hop not seen.
+// Read copies the slots out; 0 is a hop not seen (every slot, from a nil
+// *Stamps).
 func (s *Stamps) Read(dst *[NumStages]int64) {
+	if s == nil {
+		*dst = [NumStages]int64{}
+		return
+	}
 	for i := range s.slots {
 		dst[i] = s.slots[i].Load()
 	}
