@@ -120,7 +120,7 @@ func testLatency() error {
 // latencyMode attaches a NIC in one wait mode to a fresh TAP and runs the
 // traced rounds.
 func latencyMode(h *host, gns, id string, mode netvsc.Mode, busyPoll time.Duration, stamps *hoptrace.Stamps) error {
-	n, err := h.open(netvsc.Config{Queues: *queues, Mode: mode, MonitorLatency: *monLat, PollBudget: *pollBudget, BusyPoll: busyPoll})
+	n, err := h.open(netvsc.Config{Queues: *queues, Mode: mode, MonitorLatency: *monLat, PollBudget: *pollSpin, BusyPoll: busyPoll})
 	if err != nil {
 		return err
 	}
