@@ -392,6 +392,7 @@ func (h *Host) runMonitor() {
 			case <-wait:
 			}
 		}
+		woke := false
 		for g := 0; g < vmbus.MaxMonitorID/32; g++ {
 			if vmbus.MonitorPeek(h.monPage, g) == 0 {
 				continue // a plain load: no write to the guest's cache line
@@ -419,7 +420,14 @@ func (h *Host) runMonitor() {
 					continue
 				}
 				c.guestSignal()
+				woke = true
 			}
+		}
+		if woke {
+			// The channel loops just woken sit on this locked thread's P,
+			// which the next nanosleep keeps in a system call until the
+			// runtime takes it back: yield it so they run now.
+			runtime.Gosched()
 		}
 	}
 }
