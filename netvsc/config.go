@@ -81,6 +81,13 @@ type Config struct {
 	// PollBudget is how long a hybrid queue keeps polling after it last
 	// found work before it sleeps (0: 50 µs).
 	PollBudget time.Duration
+	// BusyPoll, when non-zero, is the latency setting for request/response
+	// workloads (as SO_BUSY_POLL): before a hybrid or interrupt queue
+	// sleeps it spins on its ring for up to BusyPoll, and a queue that
+	// transmits wakes its sleeping receiver to spin for the answer, which
+	// then needs no interrupt. It costs up to BusyPoll of CPU per request;
+	// an idle queue still sleeps. Poll mode ignores it.
+	BusyPoll time.Duration
 	// MonitorLatency is the host's monitor-page scan latency written for
 	// the device's channels (0: 50 µs, as DPDK).
 	MonitorLatency time.Duration
@@ -129,6 +136,8 @@ const (
 	// MaxMTU bounds the MTU a guest asks for (openvmm: 9216 with the
 	// Ethernet header).
 	MaxMTU = 9216 - EthernetHeaderSize
+	// MaxBusyPoll bounds Config.BusyPoll: a longer spin is poll mode.
+	MaxBusyPoll = 10 * time.Millisecond
 	// MinMTU is IPv4's minimum (ETH_MIN_MTU).
 	MinMTU = 68
 	// EthernetHeaderSize is what NDIS_CONFIG adds to the MTU.
@@ -166,6 +175,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.BusyPoll < 0 || c.BusyPoll > MaxBusyPoll {
+		return c, fmt.Errorf("netvsc: busy poll %v outside 0..%v", c.BusyPoll, MaxBusyPoll)
 	}
 	if c.RSSKey != nil && len(c.RSSKey) != rndis.RSSHashKeySize {
 		return c, fmt.Errorf("netvsc: RSS key of %d bytes, want %d", len(c.RSSKey), rndis.RSSHashKeySize)

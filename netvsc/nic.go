@@ -417,7 +417,7 @@ func (n *NIC) bringUp(ctx context.Context, cfg Config) (*session, error) {
 		mode = vmbus.WaitPoll
 	}
 	h, err := vmbus.Open(n.dev, vmbus.Options{Mode: mode, Requests: cfg.MaxInFlight + 16,
-		MonitorLatency: cfg.MonitorLatency, Kernel: cfg.Kernel, Logger: cfg.Logger})
+		MonitorLatency: cfg.MonitorLatency, BusyPoll: cfg.BusyPoll, Kernel: cfg.Kernel, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

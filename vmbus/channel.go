@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vmbusd/vmbusd/hoptrace"
 )
 
 // A Channel is one VMBus channel as the guest sees it: an outbound ring the
@@ -70,6 +72,13 @@ type ChannelConfig struct {
 	// Split is where the outbound ring ends and the inbound one starts in
 	// Ring; 0 means half. hv_sock openers choose two sizes.
 	Split int
+	// BusyPoll, when non-zero, makes WaitReadable spin on the inbound ring
+	// for up to this long before it unmasks and sleeps, and makes a
+	// Flush that publishes data wake a sleeping WaitReadable to spin
+	// again: the answer to a request is caught by polling instead of an
+	// interrupt and a wake-up (SO_BUSY_POLL for a request/response
+	// workload). It costs up to BusyPoll of CPU per wait.
+	BusyPoll time.Duration
 	// HostSide attaches from the host's end: the first half of Ring is
 	// then the inbound ring and the second the outbound one. The ring
 	// rules are symmetric, so the simulated host runs this same code.
@@ -104,6 +113,9 @@ type ChannelStats struct {
 	// interrupts), so another channel's interrupt wakes every waiter; a
 	// spurious interrupt does the same. The wait goes back to sleep.
 	SharedWakeups uint64
+	// BusyPollHits counts waits that found data while busy polling
+	// (ChannelConfig.BusyPoll), without sleeping.
+	BusyPollHits uint64
 }
 
 type counter struct{ v atomic.Uint64 }
@@ -131,15 +143,19 @@ type Channel struct {
 	txTimer        *time.Timer
 	rxReadyFn      func() bool
 	txReadyFn      func() bool
-	txNeed         int // the sending side's wait target
+	txNeed         int       // the sending side's wait target
+	txData         bool      // a data packet (not a completion) was sent since the last Flush
+	epoch          time.Time // BusyPoll's clock origin
 
 	dead     chan struct{}
 	deadOnce sync.Once
 	err      atomic.Pointer[error]
 
+	trace atomic.Pointer[hoptrace.Stamps] // nil unless a latency trace runs
+
 	txPackets, txBytes, txCommits, txSignals, txFullWaits counter
 	rxPackets, rxBytes, rxCommits, rxSignals              counter
-	wakeups, missed, idleWaits, shared                    counter // both sides: atomic adds
+	wakeups, missed, idleWaits, shared, busyHits          counter // both sides: atomic adds
 }
 
 // NewChannel attaches to a channel's ring pair.
@@ -180,7 +196,7 @@ func NewChannel(cfg ChannelConfig) (*Channel, error) {
 		buf:    make([]byte, in.MaxPacket()),
 		wakeRx: make(chan struct{}, 1), wakeTx: make(chan struct{}, 1),
 		rxTimer: newStoppedTimer(), txTimer: newStoppedTimer(),
-		dead: make(chan struct{}),
+		dead: make(chan struct{}), epoch: time.Now(),
 	}
 	if cfg.Requests > 0 {
 		c.reqs = NewRequests(cfg.Requests)
@@ -247,9 +263,17 @@ func (c *Channel) check(err error) error {
 	return err
 }
 
+// SetTrace makes a guest's channel stamp its hops of a round trip
+// (package hoptrace): its signals to the host and its interrupts. nil
+// stops it.
+func (c *Channel) SetTrace(s *hoptrace.Stamps) { c.trace.Store(s) }
+
 // Notify wakes the channel's waiters to re-check their rings: the device
 // calls it for every interrupt; the simulated host for every guest signal.
 func (c *Channel) Notify() {
+	if s := c.trace.Load(); s != nil {
+		s.Stamp(hoptrace.GuestWake)
+	}
 	select {
 	case c.wakeRx <- struct{}{}:
 	default:
@@ -272,6 +296,7 @@ func (c *Channel) Send(typ PacketType, flags uint16, id uint64, hdr []byte, payl
 	}
 	c.txPackets.add(1)
 	c.txBytes.add(uint64(c.out.r.used(c.out.next, before)))
+	c.txData = c.txData || typ != PacketCompletion
 	return nil
 }
 
@@ -336,8 +361,19 @@ func (c *Channel) Flush() error {
 		return c.Err()
 	}
 	c.txCommits.add(1)
+	if c.txData && c.cfg.BusyPoll > 0 {
+		// A request went out: its answer is worth spinning for.
+		select {
+		case c.wakeRx <- struct{}{}:
+		default:
+		}
+	}
+	c.txData = false
 	if c.out.Commit() {
 		c.txSignals.add(1)
+		if s := c.trace.Load(); s != nil {
+			s.Stamp(hoptrace.GuestSignal)
+		}
 		if err := c.sig.Signal(); err != nil {
 			return fmt.Errorf("vmbus: channel %d: signal host: %w", c.relID, err)
 		}
@@ -403,6 +439,9 @@ func (c *Channel) WaitReadable(ctx context.Context) error {
 	if c.cfg.Mode == WaitPoll {
 		return c.spin(ctx, c.rxReadyFn)
 	}
+	if c.cfg.BusyPoll > 0 && c.cfg.Interrupts {
+		return c.waitBusy(ctx)
+	}
 	if !c.cfg.Interrupts {
 		return c.sleepPoll(ctx, c.rxTimer, c.rxReadyFn)
 	}
@@ -414,6 +453,73 @@ func (c *Channel) WaitReadable(ctx context.Context) error {
 	c.in.SetInterruptMask(false)
 	defer c.in.SetInterruptMask(true)
 	return c.block(ctx, c.wakeRx, c.rxTimer, c.rxReadyFn)
+}
+
+// waitBusy is WaitReadable with a busy-poll budget: spin, then unmask,
+// re-check and sleep until an interrupt finds data or a Flush of a request
+// wakes it to spin again.
+func (c *Channel) waitBusy(ctx context.Context) error {
+	for {
+		if c.busyPoll(ctx) {
+			c.busyHits.v.Add(1)
+			return c.check(c.ringErr())
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := c.Err(); err != nil {
+			return err
+		}
+		drainToken(c.wakeRx)
+		c.in.SetInterruptMask(false)
+		if c.rxReady() {
+			c.in.SetInterruptMask(true)
+			return c.check(c.ringErr())
+		}
+		c.idleWaits.v.Add(1)
+		c.rxTimer.Reset(c.cfg.WakeTimeout)
+		var err error
+		select {
+		case <-c.wakeRx:
+			if c.rxReady() {
+				c.wakeups.v.Add(1)
+			}
+		case <-c.rxTimer.C:
+			if c.rxReady() {
+				c.missed.v.Add(1)
+			}
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-c.dead:
+			err = c.Err()
+		}
+		c.rxTimer.Stop()
+		c.in.SetInterruptMask(true)
+		if err != nil {
+			return err
+		}
+		if c.rxReady() {
+			return c.check(c.ringErr())
+		}
+	}
+}
+
+// busyPoll spins on the inbound ring for up to BusyPoll, yielding now and
+// then so that goroutines sharing the P (the one sending the request, say)
+// still run; it reports whether data came.
+func (c *Channel) busyPoll(ctx context.Context) bool {
+	end := time.Since(c.epoch) + c.cfg.BusyPoll
+	for n := 1; ; n++ {
+		if c.rxReady() {
+			return true
+		}
+		if n%64 == 0 {
+			if time.Since(c.epoch) >= end || ctx.Err() != nil {
+				return false
+			}
+			runtime.Gosched()
+		}
+	}
 }
 
 // rxReady and txReady are the conditions the waits test; they are bound to
@@ -534,7 +640,7 @@ func (c *Channel) Stats() ChannelStats {
 		RxPackets: c.rxPackets.load(), RxBytes: c.rxBytes.load(), RxCommits: c.rxCommits.load(),
 		RxSignals: c.rxSignals.load(),
 		Wakeups:   c.wakeups.load(), MissedWakeups: c.missed.load(), IdleWaits: c.idleWaits.load(),
-		SharedWakeups: c.shared.load(),
+		SharedWakeups: c.shared.load(), BusyPollHits: c.busyHits.load(),
 	}
 }
 

@@ -38,7 +38,9 @@ type Options struct {
 	MonitorLatency time.Duration
 	PollInterval   time.Duration
 	WakeTimeout    time.Duration
-	Logger         *slog.Logger
+	// BusyPoll is every channel's busy-poll budget (ChannelConfig.BusyPoll).
+	BusyPoll time.Duration
+	Logger   *slog.Logger
 }
 
 // Handle is an opened VMBus device: its uio node, the primary channel and
@@ -140,6 +142,7 @@ func (h *Handle) channelConfig(relid uint32, sub uint16, ring []byte, sig Signal
 		RelID: relid, SubchannelID: sub, Ring: ring, Signaler: sig,
 		MaxPacket: h.opts.MaxPacket, Requests: h.opts.Requests, Interrupts: interrupts,
 		PollInterval: h.opts.PollInterval, WakeTimeout: h.opts.WakeTimeout, Mode: h.opts.Mode,
+		BusyPoll: h.opts.BusyPoll,
 	}
 }
 

@@ -24,7 +24,7 @@ type row struct {
 
 // allRows lists the rows in report order.
 func allRows() []row {
-	return []row{ringRow(), dpdkRow(), tapRow(), hvsockRow(), idleRow(), rateRow(), sweepRow(), gobenchRow()}
+	return []row{ringRow(), dpdkRow(), tapRow(), latencyRow(), hvsockRow(), idleRow(), rateRow(), sweepRow(), gobenchRow()}
 }
 
 // section is what one row produced.

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame"
+	"github.com/vmbusd/vmbusd/hoptrace"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/sim"
@@ -57,6 +58,9 @@ var (
 	simRoot   = flag.String("root", "", "txonly: drive the first NIC of a host already serving this root (e.g. vmbusd sim --port sink) instead of starting one")
 	hostPID   = flag.Int("host-pid", 0, "txonly with -root: the host's pid, to report its CPU")
 	txSize    = flag.Int("size", 64, "txonly: frame size in bytes")
+	pollSpin  = flag.Duration("poll-budget", 0, "latency: the hybrid NIC's poll budget after the last packet (0: netvsc's 50 µs)")
+	rounds    = flag.Int("rounds", 3000, "latency: measured round trips per point")
+	busyPolls = flag.String("busy-poll", "0", "latency: the NIC's busy-poll budgets to measure each wait mode with (comma-separated durations; 0: off)")
 )
 
 func main() {
@@ -103,8 +107,10 @@ func main() {
 			err = testTapVeth()
 		case "txonly":
 			err = testTxOnly()
+		case "latency":
+			err = testLatency()
 		default:
-			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, txonly, all)", t)
+			err = fmt.Errorf("unknown test %q (rate, idle, sweep, tapveth, txonly, latency, all)", t)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "netbench:", t+":", err)
@@ -242,7 +248,16 @@ func runHost(args []string) error {
 	offloads := fs.Bool("offloads", true, "tap port: virtio-net header and offloads")
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the host")
 	traceOut := fs.String("trace", "", "write an execution trace of the host")
+	stampFile := fs.String("stamps", "", "stamp the host's hops of traced round trips into this hoptrace page")
 	fs.Parse(args)
+	var stamps *hoptrace.Stamps
+	if *stampFile != "" {
+		var err error
+		if stamps, err = hoptrace.Open(*stampFile); err != nil {
+			return err
+		}
+		defer stamps.Close()
+	}
 	if *traceOut != "" {
 		f, err := os.Create(*traceOut)
 		if err != nil {
@@ -259,7 +274,7 @@ func runHost(args []string) error {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	h, err := sim.New(sim.Config{Root: *root, Profile: sim.DefaultProfile})
+	h, err := sim.New(sim.Config{Root: *root, Profile: sim.DefaultProfile, Stamps: stamps})
 	if err != nil {
 		return err
 	}
@@ -282,7 +297,7 @@ func runHost(args []string) error {
 		if err != nil {
 			return err
 		}
-		t, err := sim.NewTAP(sim.TAPConfig{Netns: *ns, Name: "hv0", Addr: pfx, NoOffloads: !*offloads})
+		t, err := sim.NewTAP(sim.TAPConfig{Netns: *ns, Name: "hv0", Addr: pfx, NoOffloads: !*offloads, Stamps: stamps})
 		if err != nil {
 			return err
 		}
@@ -407,13 +422,14 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	var count atomic.Uint64
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	// The receive loops read the rings until they see ctx end: they are
+	// waited for before Close unmaps them.
+	var rxWG *sync.WaitGroup
 	if dir == "rx" {
-		wg2 := rxLoop(ctx, n, &count)
-		defer wg2.Wait()
+		rxWG = rxLoop(ctx, n, &count)
 	} else {
 		var rxc atomic.Uint64
-		wg2 := rxLoop(ctx, n, &rxc)
-		defer wg2.Wait()
+		rxWG = rxLoop(ctx, n, &rxc)
 		for _, q := range n.Queues() {
 			wg.Add(1)
 			go func() { defer wg.Done(); txLoop(ctx, n, q, size, 0, 0, &count) }()
@@ -429,6 +445,7 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	s1 := n.Stats()
 	cancel()
 	wg.Wait()
+	rxWG.Wait()
 	n.Close()
 	h.stop()
 	pk := float64(p1 - p0)

@@ -104,6 +104,10 @@ type NIC struct {
 	// MTU of the synthetic NIC; 0 keeps the driver's default (1500).
 	MTU  int  `toml:"mtu"`
 	Mode Mode `toml:"mode"`
+	// BusyPoll is the NIC's latency setting for request/response traffic
+	// (netvsc.Config.BusyPoll): a queue spins this long on its ring before
+	// it sleeps, and a transmit wakes it to spin for the answer. 0: off.
+	BusyPoll time.Duration `toml:"busy_poll"`
 	// Attach: a kernel TAP interface, or forwarding to the NIC named by
 	// Peer.
 	Attach Attach `toml:"attach"`
@@ -168,7 +172,7 @@ func (n NIC) Equal(o NIC) bool {
 // Netvsc returns the driver configuration of the NIC (without a pool or a
 // logger).
 func (n NIC) Netvsc() netvsc.Config {
-	return netvsc.Config{Queues: n.Queues, MTU: n.MTU, Mode: netvsc.Mode(n.Mode),
+	return netvsc.Config{Queues: n.Queues, MTU: n.MTU, Mode: netvsc.Mode(n.Mode), BusyPoll: n.BusyPoll,
 		VF: n.VF.Netvsc(), VFTimeout: n.VFTimeout,
 		VFXDP: afxdp.Config{Queues: slices.Clone(n.VFQueues), Attach: afxdp.AttachMode(n.VFAttach),
 			Bind: afxdp.BindMode(n.VFBind), BusyPoll: afxdp.BusyPoll{Timeout: n.VFBusyPoll, Budget: n.VFBusyPollBudget}}}
@@ -561,6 +565,8 @@ func (c *Config) validateNICs() error {
 				key = "queues"
 			case strings.Contains(err.Error(), "VF"):
 				key = "vf"
+			case strings.Contains(err.Error(), "busy poll"):
+				key = "busy_poll"
 			}
 			return verr("nic", i, key, "%s", strings.TrimPrefix(err.Error(), "netvsc: "))
 		}

@@ -224,6 +224,8 @@ func TestHostileConfigsNameKeyAndLine(t *testing.T) {
 		{"VF queue twice", nic + "vf_queues = [0, 1, 0]\n", 3, "nic[0].vf_queues", "listed twice"},
 		{"busy poll without a unit", nic + "vf_busy_poll = 50\n", 3, "nic[0].vf_busy_poll", "want 1us"},
 		{"busy poll budget alone", nic + "vf_busy_poll_budget = 64\n", 3, "nic[0].vf_busy_poll_budget", "only with vf_busy_poll"},
+		{"NIC busy poll too long", nic + "busy_poll = \"1s\"\n", 3, "nic[0].busy_poll", "outside 0..10ms"},
+		{"negative NIC busy poll", nic + "busy_poll = \"-5us\"\n", 3, "nic[0].busy_poll", "outside 0..10ms"},
 		{"busy poll budget too large", nic + "vf_busy_poll = \"50us\"\nvf_busy_poll_budget = 70000\n", 4, "nic[0].vf_busy_poll_budget", "want 1 to 65535"},
 	}
 	if len(tests) < 30 {

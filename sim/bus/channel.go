@@ -4,6 +4,8 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/vmbusd/vmbusd/hoptrace"
+
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -51,6 +53,7 @@ func (c *Channel) Signal() error {
 	if h.cfg.Profile.MasksOnInterrupt() {
 		setRingMask(c.mem[c.split:], true)
 	}
+	h.cfg.Stamps.Stamp(hoptrace.HostSignal)
 	c.sess.conn.Notify()
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/hoptrace"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -82,6 +83,9 @@ type Config struct {
 	// connection (a one-shot fault fires once per device). Device.SetFault
 	// switches them per device afterwards.
 	Faults []Fault
+	// Stamps, when set, receives the host's hops of a traced round trip
+	// (package hoptrace): its monitor scans and its interrupts.
+	Stamps *hoptrace.Stamps
 }
 
 // absLinkRoots holds the roots whose hosts write absolute links.
@@ -388,6 +392,7 @@ func (h *Host) runMonitor() {
 			case <-wait:
 			}
 		}
+		woke := false
 		for g := 0; g < vmbus.MaxMonitorID/32; g++ {
 			if vmbus.MonitorPeek(h.monPage, g) == 0 {
 				continue // a plain load: no write to the guest's cache line
@@ -395,6 +400,7 @@ func (h *Host) runMonitor() {
 			bits := vmbus.MonitorPending(h.monPage, g)
 			if bits != 0 {
 				lastBit = time.Now()
+				h.cfg.Stamps.Stamp(hoptrace.HostScan)
 			}
 			for bits != 0 {
 				b := bits32.TrailingZeros32(bits)
@@ -414,7 +420,14 @@ func (h *Host) runMonitor() {
 					continue
 				}
 				c.guestSignal()
+				woke = true
 			}
+		}
+		if woke {
+			// The channel loops just woken sit on this locked thread's P,
+			// which the next nanosleep keeps in a system call until the
+			// runtime takes it back: yield it so they run now.
+			runtime.Gosched()
 		}
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/hoptrace"
 )
 
 // TAPConfig describes a kernel port.
@@ -60,6 +61,9 @@ type TAPConfig struct {
 	// NoOffloads opens a TAP without a virtio-net header: one plain
 	// frame per read or write, every checksum complete.
 	NoOffloads bool
+	// Stamps, when set, receives the port's hops of a traced round trip
+	// (package hoptrace): frames written to and read from the kernel.
+	Stamps *hoptrace.Stamps
 }
 
 // TAP is a port into the kernel. Safe for concurrent use; make it with
@@ -404,6 +408,7 @@ func (t *TAP) runRead() {
 			continue
 		}
 		if len(r.frames) > 0 {
+			t.cfg.Stamps.Stamp(hoptrace.HostTAPRead)
 			t.rx.Add(uint64(len(r.frames)))
 			t.up.Deliver(r.frames)
 		}
@@ -589,6 +594,7 @@ func (t *TAP) TransmitOffload(frames [][]byte, offs []FrameOffload) {
 			continue
 		}
 		t.tx.Add(1)
+		t.cfg.Stamps.Stamp(hoptrace.HostTAPWrite)
 	}
 }
 
