@@ -482,3 +482,38 @@ func TestCloseWaitsForEveryQueuesSends(t *testing.T) {
 		t.Fatalf("host received %d frames, want %d", got, frames)
 	}
 }
+
+// TestCloseWhileWaitsPoll: Close while every queue's Wait busy-polls (Poll
+// and Hybrid read the rings without a lock) must end the Waits with an
+// error before the rings are unmapped; a Wait still reading would fault.
+func TestCloseWhileWaitsPoll(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i := range 12 {
+		mode := []netvsc.Mode{netvsc.Poll, netvsc.Hybrid}[i%2]
+		gen := sim.NewGenerator(sim.GeneratorConfig{Idle: true})
+		n := openOn(t, h, sim.NICConfig{MaxQueues: 2}, gen, netvsc.Config{Queues: 2, Mode: mode, PollBudget: time.Hour})
+		var wg sync.WaitGroup
+		for _, q := range n.Queues() {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for q.Wait(context.Background()) == nil {
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				for q.WaitTx(context.Background()) == nil {
+				}
+			}()
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		gen.Close()
+	}
+}

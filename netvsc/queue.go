@@ -42,10 +42,11 @@ import (
 //
 // Lock order. A lock may be taken while holding only locks to its left:
 //
-//	txMu -> inMu -> outMu -> acks.mu
-//	                inMu  -> w.mu
+//	w.rings -> txMu -> inMu -> outMu -> acks.mu
+//	                   inMu  -> w.mu
 //
-// (quiesce takes the first three in that order.) acks.mu and w.mu are
+// (quiesce takes the first four in that order; w.rings is held shared by
+// Wait and WaitTx for their lock-free ring reads, wait.go.) acks.mu and w.mu are
 // leaves, held for a few instructions. Because inMu can be held for a
 // whole sleep, nobody else waits for it on the data path; the TryLocks:
 //
@@ -352,6 +353,7 @@ func (q *Queue) interrupt(err error) { q.w.interrupt(err) }
 // quiesce takes every lock of the queue (after interrupt), so no burst is
 // running and none will touch the rings until release.
 func (q *Queue) quiesce() {
+	q.w.rings.Lock()
 	q.txMu.Lock()
 	q.inMu.Lock()
 	q.outMu.Lock()
@@ -361,6 +363,7 @@ func (q *Queue) release() {
 	q.outMu.Unlock()
 	q.inMu.Unlock()
 	q.txMu.Unlock()
+	q.w.rings.Unlock()
 }
 
 // freeAll returns every packet the queue holds (staged, fresh, in GPA

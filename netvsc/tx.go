@@ -515,6 +515,10 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 	if q.vf != nil && q.vf.txOn.Load() {
 		return q.vfWaitTx(ctx)
 	}
+	if err := q.w.enter(); err != nil {
+		return err
+	}
+	defer q.w.leave()
 	for {
 		if err := s.err(); err != nil {
 			return err

@@ -24,7 +24,27 @@ type waiter struct {
 
 	txWaiting atomic.Bool   // a WaitTx waits on txWake
 	txWake    chan struct{} // 1-buffered: a drain found work
+
+	// rings guards the lock-free ring reads of Wait and WaitTx (their
+	// polling and readiness checks) against the unmap in Close: they hold
+	// it shared and return once interrupted; halt takes it exclusively
+	// after interrupting them and keeps it until the device is closed.
+	// Lock order: rings before every other lock of the queue.
+	rings sync.RWMutex
 }
+
+// enter is the start of a Wait or WaitTx: it holds rings shared, or
+// returns why the queue stopped (then the rings may be gone).
+func (w *waiter) enter() error {
+	w.rings.RLock()
+	if err := w.err(); err != nil {
+		w.rings.RUnlock()
+		return err
+	}
+	return nil
+}
+
+func (w *waiter) leave() { w.rings.RUnlock() }
 
 type waitCtx struct {
 	parent context.Context
@@ -119,6 +139,10 @@ func (q *Queue) Wait(ctx context.Context) error {
 	if err := q.s.err(); err != nil {
 		return err
 	}
+	if err := q.w.enter(); err != nil {
+		return err
+	}
+	defer q.w.leave()
 	if q.rxReady() {
 		return nil
 	}
