@@ -15,8 +15,8 @@ import (
 
 // Benchmarks run the guest against the simulated host in this process, so
 // the CPU figures (getrusage of the process) include the host's side. Each
-// reports MB/s (SetBytes), cpu-s/GB, and for hv_sock the host signals and
-// guest wake-ups per MB.
+// reports MB/s (SetBytes), cpu-s/GB, and for hv_sock the signals and
+// wake-ups per MB of each side (guest, simulated host).
 //
 //	BenchmarkHvsockSendLoop   seed 000: one Write per 64 KiB with the send
 //	                          loop, vs the pre-2019 one chunk per call.
@@ -80,12 +80,17 @@ func benchPipe(b *testing.B, w io.Writer, r io.Reader, size, split int, extra fu
 	}
 }
 
-// hvsockFigures reports signals and wake-ups per MB of a guest connection.
-func hvsockFigures(g *hvsock.Conn, before hvsock.ConnStats) func(b *testing.B, mb float64) {
+// hvsockFigures reports, per MB, the guest's signals to the host and its
+// wake-ups, and the simulated host's signals to the guest and its
+// wake-ups: each side of the signalling the ring rules ask for.
+func hvsockFigures(g *hvsock.Conn, h *sim.HvSockConn) func(b *testing.B, mb float64) {
+	before, hbefore := g.Stats(), h.Channel().Stats()
 	return func(b *testing.B, mb float64) {
-		st := g.Stats()
+		st, hst := g.Stats(), h.Channel().Stats()
 		b.ReportMetric(float64(st.Channel.TxSignals-before.Channel.TxSignals+st.Channel.RxSignals-before.Channel.RxSignals)/mb, "signals/MB")
 		b.ReportMetric(float64(st.Channel.Wakeups-before.Channel.Wakeups)/mb, "wakeups/MB")
+		b.ReportMetric(float64(hst.TxSignals-hbefore.TxSignals+hst.RxSignals-hbefore.RxSignals)/mb, "host-signals/MB")
+		b.ReportMetric(float64(hst.Wakeups-hbefore.Wakeups)/mb, "host-wakeups/MB")
 	}
 }
 
@@ -111,7 +116,7 @@ func BenchmarkHvsockSendLoop(b *testing.B) {
 			cfg.SendRingSize, cfg.RecvRingSize = hvsock.MinRingSize, hvsock.MinRingSize
 			g, h := e.pair(b, cfg, 9000)
 			defer closePair(g, h)
-			benchPipe(b, g, h, 64<<10, mode.split, hvsockFigures(g, g.Stats()))
+			benchPipe(b, g, h, 64<<10, mode.split, hvsockFigures(g, h))
 		})
 	}
 }
@@ -135,9 +140,9 @@ func BenchmarkHvsockRingSize(b *testing.B) {
 					g, h := e.pair(b, cfg, 9100)
 					defer closePair(g, h)
 					if dir == "g2h" {
-						benchPipe(b, g, h, size, 0, hvsockFigures(g, g.Stats()))
+						benchPipe(b, g, h, size, 0, hvsockFigures(g, h))
 					} else {
-						benchPipe(b, h, g, size, 0, hvsockFigures(g, g.Stats()))
+						benchPipe(b, h, g, size, 0, hvsockFigures(g, h))
 					}
 				})
 			}
@@ -157,7 +162,7 @@ func BenchmarkHvsockVsUnix(b *testing.B) {
 				cfg.SendRingSize, cfg.RecvRingSize = ring, ring
 				g, h := e.pair(b, cfg, 9200)
 				defer closePair(g, h)
-				benchPipe(b, g, h, size, 0, hvsockFigures(g, g.Stats()))
+				benchPipe(b, g, h, size, 0, hvsockFigures(g, h))
 			})
 		}
 		b.Run("unix/"+sizeName(size), func(b *testing.B) {
