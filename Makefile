@@ -33,10 +33,13 @@ vet:
 
 # Unit, integration and cross-process tests, with the race detector; then
 # the bulk hv_sock test at full size (8 connections x 256 MiB each way,
-# which the race detector would make too slow).
+# which the race detector would make too slow); then every allocation
+# budget test (names matching Allocat) without -race, whose
+# instrumentation allocates on some hot paths itself.
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run TestManyConnectionsMoveVerifiedBytes -v ./hvsock
+	$(GO) test -count=1 -run 'Allocat' ./...
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./.ci/fuzz

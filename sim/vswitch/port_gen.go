@@ -56,6 +56,10 @@ type Generator struct {
 	done chan struct{}
 	once sync.Once
 
+	mu      sync.Mutex // orders Connect against a Close of a never-attached generator
+	started bool       // runSend owns done (closes it when it returns)
+	closed  bool
+
 	sent, accepted, received, receivedBytes atomic.Uint64
 }
 
@@ -87,7 +91,13 @@ func NewGenerator(cfg GeneratorConfig) *Generator {
 
 // Connect implements Port: sending starts.
 func (g *Generator) Connect(up Uplink) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.up = up
+	if g.closed {
+		return nil // Close closed done already
+	}
+	g.started = true
 	if g.cfg.Idle {
 		close(g.done)
 		return nil
@@ -108,7 +118,15 @@ func (g *Generator) Transmit(frames [][]byte) {
 
 // Close implements Port: sending stops.
 func (g *Generator) Close() error {
-	g.once.Do(func() { close(g.stop) })
+	g.once.Do(func() {
+		close(g.stop)
+		g.mu.Lock()
+		g.closed = true
+		if !g.started {
+			close(g.done) // never attached: nothing will
+		}
+		g.mu.Unlock()
+	})
 	<-g.done
 	return nil
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package netvsc_test
+
+const raceEnabled = false
