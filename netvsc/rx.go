@@ -230,6 +230,20 @@ type rxPath struct {
 	tidHeld []uint32     // per transfer page id: its frames still held
 	xfer    uint32       // the transfer page being parsed
 	xferN   uint32       // its frames held so far
+
+	// Frames and bytes delivered by the transfer page being parsed, added
+	// to the counters once it is done (countXfer): a counter store is an
+	// atomic exchange, a full barrier, too dear for every frame.
+	xferPkts, xferBytes uint64
+}
+
+// countXfer adds the frames the transfer page delivered to c.
+func (r *rxPath) countXfer(c *queueCounters) {
+	if r.xferPkts > 0 {
+		c.rxPackets.add(r.xferPkts)
+		c.rxBytes.add(r.xferBytes)
+		r.xferPkts, r.xferBytes = 0, 0
+	}
 }
 
 // heldFrame is a frame left in the receive buffer, with the metadata its
@@ -409,8 +423,8 @@ func (q *Queue) rxData(f rxFrame) {
 	} else {
 		q.c.rxPPIErrors.inc()
 	}
-	q.c.rxPackets.inc()
-	q.c.rxBytes.add(uint64(f.n))
+	r.xferPkts++
+	r.xferBytes += uint64(f.n)
 	r.deliver(p)
 }
 
@@ -419,6 +433,7 @@ func (q *Queue) rxData(f rxFrame) {
 // is out of the receive buffer. inMu is held.
 func (q *Queue) unhold(pkts []*frame.Packet) (int, error) {
 	s, r := q.s, &q.rx
+	defer r.countXfer(&q.c)
 	n := 0
 	for r.hLen > 0 && n < len(pkts) {
 		if r.freshN == 0 && !r.refill(q.pool) {
@@ -434,8 +449,8 @@ func (q *Queue) unhold(pkts []*frame.Packet) (int, error) {
 			} else {
 				q.c.rxPPIErrors.inc()
 			}
-			q.c.rxPackets.inc()
-			q.c.rxBytes.add(uint64(h.n))
+			r.xferPkts++
+			r.xferBytes += uint64(h.n)
 			pkts[n] = p
 			n++
 		} else {
