@@ -233,6 +233,7 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		}
 		r.xfer, r.xferN = tid, 0
 		err := parseXfer(p, q.s.recv, r.scratch, q)
+		r.countXfer(&q.c)
 		if r.xferN > 0 {
 			r.tidHeld[tid] = r.xferN // owed once the last is copied (unhold)
 			return err

@@ -29,8 +29,8 @@ var le = binary.LittleEndian
 // DataOffset/DataLength place the frame; range lengths and MessageLength
 // bound it.
 
-// rxHeaderWindow is the most header bytes (RNDIS header and per-packet
-// info) copied out before a frame; openvmm puts the frame at 256.
+// rxHeaderWindow bounds where a per-packet info area may end (from the
+// message start) to be copied out and read; openvmm puts the frame at 256.
 const rxHeaderWindow = 512
 
 // maxControlMessage bounds a control message copied off the receive
@@ -80,12 +80,15 @@ func parseXfer(p *vmbus.Packet, recv []byte, scratch []byte, h rxHandler) error 
 	return nil
 }
 
-// parseRange handles one RNDIS message at recv[off:off+count].
+// parseRange handles one RNDIS message at recv[off:off+count]. Only the
+// bytes it reads are copied out: the 44-byte header, then the per-packet
+// info area it places (the frame of a receive layout such as openvmm's
+// sits far behind them, and a range is a whole run of sub-allocations).
 func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error {
 	if count < rndis.HeaderSize {
 		return protoerr.New("RNDIS", protoerr.KindShort, "range", uint64(count))
 	}
-	hdr := scratch[:min(count, rxHeaderWindow)]
+	hdr := scratch[:min(count, rndis.PacketHeaderSize)]
 	copy(hdr, recv[off:])
 	t := rndis.Type(le.Uint32(hdr))
 	if t != rndis.TypePacket {
@@ -101,13 +104,16 @@ func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error 
 		return h.rxControl(msg)
 	}
 	var f rxFrame
-	dataOff, n, ppi, err := checkRxPacket(hdr, count)
+	dataOff, n, ps, pe, err := checkRxPacket(hdr, count)
 	if err != nil {
 		return err
 	}
 	f.off, f.n = off+dataOff, n
 	f.infoOK = true
-	if ppi != nil {
+	if pe > 0 {
+		// checkRxPacket put [ps, pe) inside the message, behind the header.
+		ppi := scratch[ps:pe:pe]
+		copy(ppi, recv[off+ps:off+pe])
 		if f.info, err = rndis.ParsePacketInfo(ppi); err != nil {
 			return err
 		}
@@ -121,42 +127,43 @@ func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error 
 // (the frame and rndis.PPI area inside MessageLength, which is inside the range;
 // DataOffset and PerPacketInfoOffset at least 36, the rndis.PPI offset 4-aligned,
 // DataLength non-zero). It returns the frame's offset from the message
-// start and length, and the rndis.PPI area when it lies in hdr (nil when absent;
-// a rndis.PPI area past the copied window is treated as absent).
-func checkRxPacket(hdr []byte, count int) (dataOff, n int, ppi []byte, err error) {
+// start and length, and where the rndis.PPI area is, [ps, pe) from the
+// message start, when it ends within the first rxHeaderWindow bytes (pe 0
+// when absent; an area past the window is treated as absent).
+func checkRxPacket(hdr []byte, count int) (dataOff, n, ps, pe int, err error) {
 	const msg = "PACKET_MSG"
 	if len(hdr) < rndis.PacketHeaderSize {
-		return 0, 0, nil, protoerr.New(msg, protoerr.KindShort, "length", uint64(len(hdr)))
+		return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindShort, "length", uint64(len(hdr)))
 	}
 	ml := le.Uint32(hdr[4:])
 	if ml < rndis.PacketHeaderSize || uint64(ml) > uint64(count) {
-		return 0, 0, nil, protoerr.New(msg, protoerr.KindLength, "message_length", uint64(ml))
+		return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindLength, "message_length", uint64(ml))
 	}
 	do, dl := le.Uint32(hdr[8:]), le.Uint32(hdr[12:])
 	po, pl := le.Uint32(hdr[28:]), le.Uint32(hdr[32:])
 	avail := uint64(ml - rndis.HeaderSize)
 	if do < rndis.PacketOffsetMin {
-		return 0, 0, nil, protoerr.New(msg, protoerr.KindOffset, "data_offset", uint64(do))
+		return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindOffset, "data_offset", uint64(do))
 	}
 	if dl == 0 {
-		return 0, 0, nil, protoerr.New(msg, protoerr.KindDataLength, "data_length", 0)
+		return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindDataLength, "data_length", 0)
 	}
 	if uint64(dl) > avail || uint64(do) > avail-uint64(dl) {
-		return 0, 0, nil, protoerr.New(msg, protoerr.KindRange, "data_length", uint64(dl))
+		return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindRange, "data_length", uint64(dl))
 	}
 	if pl != 0 {
 		if po < rndis.PacketOffsetMin || po%4 != 0 {
-			return 0, 0, nil, protoerr.New(msg, protoerr.KindOffset, "per_packet_info_offset", uint64(po))
+			return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindOffset, "per_packet_info_offset", uint64(po))
 		}
 		if uint64(pl) > avail || uint64(po) > avail-uint64(pl) {
-			return 0, 0, nil, protoerr.New(msg, protoerr.KindRange, "per_packet_info_length", uint64(pl))
+			return 0, 0, 0, 0, protoerr.New(msg, protoerr.KindRange, "per_packet_info_length", uint64(pl))
 		}
 		s, e := rndis.HeaderSize+uint64(po), rndis.HeaderSize+uint64(po)+uint64(pl)
-		if e <= uint64(len(hdr)) {
-			ppi = hdr[s:e:e]
+		if e <= rxHeaderWindow {
+			ps, pe = int(s), int(e)
 		}
 	}
-	return rndis.HeaderSize + int(do), int(dl), ppi, nil
+	return rndis.HeaderSize + int(do), int(dl), ps, pe, nil
 }
 
 // applyRxInfo turns the host's per-packet info into packet metadata.
@@ -223,6 +230,20 @@ type rxPath struct {
 	tidHeld []uint32     // per transfer page id: its frames still held
 	xfer    uint32       // the transfer page being parsed
 	xferN   uint32       // its frames held so far
+
+	// Frames and bytes delivered by the transfer page being parsed, added
+	// to the counters once it is done (countXfer): a counter store is an
+	// atomic exchange, a full barrier, too dear for every frame.
+	xferPkts, xferBytes uint64
+}
+
+// countXfer adds the frames the transfer page delivered to c.
+func (r *rxPath) countXfer(c *queueCounters) {
+	if r.xferPkts > 0 {
+		c.rxPackets.add(r.xferPkts)
+		c.rxBytes.add(r.xferBytes)
+		r.xferPkts, r.xferBytes = 0, 0
+	}
 }
 
 // heldFrame is a frame left in the receive buffer, with the metadata its
@@ -402,8 +423,8 @@ func (q *Queue) rxData(f rxFrame) {
 	} else {
 		q.c.rxPPIErrors.inc()
 	}
-	q.c.rxPackets.inc()
-	q.c.rxBytes.add(uint64(f.n))
+	r.xferPkts++
+	r.xferBytes += uint64(f.n)
 	r.deliver(p)
 }
 
@@ -412,6 +433,7 @@ func (q *Queue) rxData(f rxFrame) {
 // is out of the receive buffer. inMu is held.
 func (q *Queue) unhold(pkts []*frame.Packet) (int, error) {
 	s, r := q.s, &q.rx
+	defer r.countXfer(&q.c)
 	n := 0
 	for r.hLen > 0 && n < len(pkts) {
 		if r.freshN == 0 && !r.refill(q.pool) {
@@ -427,8 +449,8 @@ func (q *Queue) unhold(pkts []*frame.Packet) (int, error) {
 			} else {
 				q.c.rxPPIErrors.inc()
 			}
-			q.c.rxPackets.inc()
-			q.c.rxBytes.add(uint64(h.n))
+			r.xferPkts++
+			r.xferBytes += uint64(h.n)
 			pkts[n] = p
 			n++
 		} else {

@@ -69,6 +69,10 @@ type txPath struct {
 	pfns    []uint64
 	segBuf  []byte
 	done    []*frame.Packet // copied packets, freed at the end of the burst
+	// copied counts the frames the burst copied into sections, added to
+	// tx_copied when it ends: a counter store is an atomic exchange, a
+	// full barrier that would wait on every copy into shared memory.
+	copied uint64
 }
 
 type openSection struct {
@@ -248,6 +252,10 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 		n++
 	}
 	q.flushSection()
+	if q.tx.copied > 0 {
+		q.c.txCopied.add(q.tx.copied)
+		q.tx.copied = 0
+	}
 	q.sendAcksLocked()
 	if err := q.ch.Flush(); err != nil {
 		s.fail(err)
@@ -296,7 +304,7 @@ func (q *Queue) txOne(p *frame.Packet) bool {
 	if msgLen <= s.aggMax {
 		switch q.copyFrame(data, &info) {
 		case copyOK:
-			q.c.txCopied.inc()
+			q.tx.copied++
 			if info.Has&rndis.InfoLSO != 0 {
 				q.c.txLSO.inc()
 			}

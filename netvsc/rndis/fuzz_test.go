@@ -2,6 +2,7 @@ package rndis
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -174,8 +175,10 @@ func FuzzRNDISControl(f *testing.F) {
 	})
 }
 
-// FuzzPPI walks an arbitrary per-packet-info area. Whatever ParsePacketInfo
-// accepts re-encodes to an area that parses to the same info.
+// FuzzPPI walks an arbitrary per-packet-info area. ParsePacketInfo, which
+// walks the area itself, agrees with a walk by PPIIter (same info, same
+// error), and whatever it accepts re-encodes to an area that parses to the
+// same info.
 func FuzzPPI(f *testing.F) {
 	var info PacketInfo
 	info.SetChecksum(1)
@@ -197,6 +200,10 @@ func FuzzPPI(f *testing.F) {
 			wiretest.ProtocolError(t, err)
 		}
 		pi, err := ParsePacketInfo(area)
+		want, wantErr := iterPacketInfo(area)
+		if pi != want || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("ParsePacketInfo = %+v, %v; the iterator's walk %+v, %v", pi, err, want, wantErr)
+		}
 		if err != nil {
 			wiretest.ProtocolError(t, err)
 			return
@@ -206,4 +213,39 @@ func FuzzPPI(f *testing.F) {
 			t.Fatalf("re-encoded info: %v %+v != %+v", err, again, pi)
 		}
 	})
+}
+
+// iterPacketInfo is ParsePacketInfo written with PPIIter, the reference
+// the fuzzer holds the lean walk to.
+func iterPacketInfo(area []byte) (PacketInfo, error) {
+	var pi PacketInfo
+	it := NewPPIIter(area)
+	for p, ok := it.Next(); ok; p, ok = it.Next() {
+		known := map[PPIType]InfoMask{PPITCPIPChecksum: InfoChecksum, PPITCPLargeSend: InfoLSO,
+			PPIIEEE8021Q: InfoVLAN, PPINBLHashValue: InfoHashValue, PPINBLHashInfo: InfoHashInfo, PPIPktInfoID: InfoPktID}
+		bit, ok := known[p.Type]
+		if !ok {
+			continue
+		}
+		v, err := p.Uint32()
+		if err != nil {
+			return pi, err
+		}
+		switch bit {
+		case InfoChecksum:
+			pi.Checksum = v
+		case InfoLSO:
+			pi.LSO = LSOInfo(v)
+		case InfoVLAN:
+			pi.VLAN = VLANInfo(v)
+		case InfoHashValue:
+			pi.HashValue = v
+		case InfoHashInfo:
+			pi.HashInfo = HashInfo(v)
+		case InfoPktID:
+			pi.PktID = PktInfoID(v)
+		}
+		pi.Has |= bit
+	}
+	return pi, it.Err()
 }

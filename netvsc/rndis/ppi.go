@@ -260,16 +260,29 @@ func (pi *PacketInfo) put(b []byte) {
 // PacketInfo holds. Elements of other types are skipped; a repeated type
 // keeps its last value. A known element with less than 4 data bytes is
 // protoerr.KindPPIData; a malformed element stops the walk with its PPIIter error.
+//
+// It runs once per received frame, so it walks the area itself, with
+// exactly PPIIter's checks and errors, rather than through PPI values.
 func ParsePacketInfo(area []byte) (PacketInfo, error) {
 	var pi PacketInfo
-	it := NewPPIIter(area)
-	for {
-		p, ok := it.Next()
-		if !ok {
-			break
+	b := area
+	for len(b) > 0 {
+		if len(b) < PPIHeaderSize {
+			return pi, protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(len(b)))
 		}
+		size := le.Uint32(b)
+		t := PPIType(le.Uint32(b[4:]))
+		off := le.Uint32(b[8:])
+		if size < PPIHeaderSize || size%4 != 0 || uint64(size) > uint64(len(b)) {
+			return pi, protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(size))
+		}
+		if off < PPIHeaderSize || off > size {
+			return pi, protoerr.New("PPI", protoerr.KindPPIOffset, "offset", uint64(off))
+		}
+		data := b[off:size]
+		b = b[size:]
 		var bit InfoMask
-		switch p.Type {
+		switch t {
 		case PPITCPIPChecksum:
 			bit = InfoChecksum
 		case PPITCPLargeSend:
@@ -285,10 +298,10 @@ func ParsePacketInfo(area []byte) (PacketInfo, error) {
 		default:
 			continue
 		}
-		v, err := p.Uint32()
-		if err != nil {
-			return pi, err
+		if len(data) < 4 {
+			return pi, protoerr.New("PPI", protoerr.KindPPIData, t.String(), uint64(len(data)))
 		}
+		v := le.Uint32(data)
 		switch bit {
 		case InfoChecksum:
 			pi.Checksum = v
@@ -305,7 +318,7 @@ func ParsePacketInfo(area []byte) (PacketInfo, error) {
 		}
 		pi.Has |= bit
 	}
-	return pi, it.Err()
+	return pi, nil
 }
 
 // TxChecksum is the TCPIP_CHKSUM_PKTINFO a guest sends: which checksums
