@@ -10,6 +10,7 @@ import (
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
 	"github.com/vmbusd/vmbusd/tap"
+	"github.com/vmbusd/vmbusd/vmbus"
 )
 
 // Buffers for frames read from a TAP with offloads hold a 64 KiB
@@ -18,6 +19,17 @@ const (
 	superPoolPackets = 128
 	superPoolFrame   = 65536 + 128
 )
+
+// SuperFramePoolBytes is the GPA-pool memory Attach carves per TAP queue
+// for the super-frames of a TAP with offloads, so that whoever sizes a
+// NIC's GPA pool can leave room for them: without it the buffers come from
+// the heap and every large send is copied into send sections in pieces
+// instead of going to the host whole (GPA-direct).
+func SuperFramePoolBytes() int {
+	c := frame.PoolConfig{Buffers: superPoolPackets, Frame: superPoolFrame, Headroom: netvsc.Headroom}
+	const page = vmbus.HyperVPageSize
+	return (c.MemSize() + page - 1) &^ (page - 1)
+}
 
 // Attachment forwards between a NIC and a TAP device both ways, one
 // goroutine per direction and queue, and makes the TAP's carrier follow

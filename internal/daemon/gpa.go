@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/internal/config"
 	"github.com/vmbusd/vmbusd/netvsc"
+	"github.com/vmbusd/vmbusd/nictap"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
 
@@ -54,7 +55,8 @@ func (e errNoPool) Error() string { return e.reason }
 
 // poolSize is what netvsc carves from a pool for nic: one pool of
 // PoolPackets buffers per queue, each the headroom plus the largest frame,
-// page-rounded.
+// page-rounded; and, for a NIC attached to a TAP, the TAP's super-frame
+// buffers per queue (nictap), so that its large sends go GPA-direct.
 func poolSize(nic config.NIC) int {
 	const page = vmbus.HyperVPageSize
 	queues := max(nic.Queues, 1)
@@ -64,6 +66,9 @@ func poolSize(nic config.NIC) int {
 	}
 	buf := (netvsc.Headroom + mtu + netvsc.EthernetHeaderSize + 4 + 63) &^ 63
 	perQueue := (netvsc.DefaultPoolPackets*buf + page - 1) &^ (page - 1)
+	if nic.Attach == config.AttachTAP {
+		perQueue += nictap.SuperFramePoolBytes()
+	}
 	return queues * perQueue
 }
 
