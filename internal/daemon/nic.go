@@ -949,6 +949,7 @@ func addQueueStats(a, b netvsc.QueueStats) netvsc.QueueStats {
 	a.TxPackets += b.TxPackets
 	a.TxBytes += b.TxBytes
 	a.RxNoMemory += b.RxNoMemory
+	a.RxHeld += b.RxHeld
 	a.RxTooBig += b.RxTooBig
 	a.RxCompBusy += b.RxCompBusy
 	a.TxSendFull += b.TxSendFull
