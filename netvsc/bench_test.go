@@ -104,20 +104,7 @@ func BenchmarkNetvscTxBurst(b *testing.B) {
 			tmpl := testFrame(peer, n.MAC(), size, 1, 1000)
 			pkts := make([]*frame.Packet, 32)
 			ctx := context.Background()
-			send := func(total int) {
-				for sent := 0; sent < total; {
-					k := q.AllocBurst(pkts[:min(len(pkts), total-sent)])
-					for _, p := range pkts[:k] {
-						copy(p.SetLen(size), tmpl)
-					}
-					m := q.TxBurst(pkts[:k])
-					frame.PutBurst(pkts[m:k])
-					sent += m
-					if m < k || k == 0 {
-						q.WaitTx(ctx)
-					}
-				}
-			}
+			send := func(total int) { sendTemplate(b, ctx, q, tmpl, pkts, total) }
 			send(10000)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()

@@ -458,20 +458,7 @@ func TestCloseWaitsForEveryQueuesSends(t *testing.T) {
 	pkts := make([]*frame.Packet, 32)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for sent := 0; sent < frames; {
-		k := qs[1].AllocBurst(pkts[:min(len(pkts), frames-sent)])
-		for _, p := range pkts[:k] {
-			copy(p.SetLen(len(tmpl)), tmpl)
-		}
-		m := qs[1].TxBurst(pkts[:k])
-		frame.PutBurst(pkts[m:k])
-		sent += m
-		if m < k || k == 0 {
-			if err := qs[1].WaitTx(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	sendTemplate(t, ctx, qs[1], tmpl, pkts, frames)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
