@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -274,6 +275,19 @@ type nodeConn struct {
 	// so unread output does not by itself mean an undelivered
 	// notification; sentAfterHello: a notification was queued behind it.
 	helloUnread, sentAfterHello bool
+
+	// The raw-socket callbacks and their arguments and results, made
+	// once so that an interrupt or an irqcontrol write costs the
+	// simulated host no allocation (a closure per call escapes to the
+	// heap). send* is guarded by mu; recv* belongs to the connection's
+	// goroutine (readControls).
+	sendBuf [4]byte
+	sendErr error
+	sendFn  func(fd uintptr) bool
+	recvBuf []byte
+	recvN   int
+	recvErr error
+	recvFn  func(fd uintptr) bool
 }
 
 func newNodeConn(n *node, uc *net.UnixConn) (*nodeConn, error) {
@@ -291,7 +305,10 @@ func newNodeConn(n *node, uc *net.UnixConn) (*nodeConn, error) {
 	if cerr != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	return &nodeConn{n: n, uc: uc, raw: raw, pid: int(cred.Pid), done: make(chan struct{})}, nil
+	c := &nodeConn{n: n, uc: uc, raw: raw, pid: int(cred.Pid), done: make(chan struct{})}
+	c.sendFn = c.sendRaw
+	c.recvFn = c.recvRaw
+	return c, nil
 }
 
 // PeerPID returns the guest process's pid (SO_PEERCRED at connect time).
@@ -331,26 +348,10 @@ func (c *nodeConn) Notify() {
 // such a message too; until the queue has been seen empty once, one
 // notification may be queued behind it.
 func (c *nodeConn) sendCountLocked(v uint32) {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], v)
-	var serr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		q, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
-		if err != nil {
-			serr = fmt.Errorf("SIOCOUTQ: %w", err)
-			return true
-		}
-		if q == 0 {
-			c.helloUnread = false
-		} else if !c.helloUnread || c.sentAfterHello {
-			return true // one is queued already; the count is cumulative
-		}
-		serr = unix.Sendto(int(fd), b[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
-		if serr == nil && c.helloUnread {
-			c.sentAfterHello = true
-		}
-		return true
-	})
+	binary.LittleEndian.PutUint32(c.sendBuf[:], v)
+	c.sendErr = nil
+	err := c.raw.Write(c.sendFn)
+	serr := c.sendErr
 	switch {
 	case err != nil:
 		serr = err
@@ -362,6 +363,25 @@ func (c *nodeConn) sendCountLocked(v uint32) {
 		// sees the end of the stream and tears the connection down.
 		c.n.log.Debug("sim: uio node: notify", "err", serr)
 	}
+}
+
+// sendRaw is sendCountLocked's socket step (c.sendFn), under c.mu.
+func (c *nodeConn) sendRaw(fd uintptr) bool {
+	q, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+	if err != nil {
+		c.sendErr = fmt.Errorf("SIOCOUTQ: %w", err)
+		return true
+	}
+	if q == 0 {
+		c.helloUnread = false
+	} else if !c.helloUnread || c.sentAfterHello {
+		return true // one is queued already; the count is cumulative
+	}
+	c.sendErr = unix.Sendto(int(fd), c.sendBuf[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+	if c.sendErr == nil && c.helloUnread {
+		c.sentAfterHello = true
+	}
+	return true
 }
 
 // Close drops this guest: it reads EOF and its writes fail; Closed follows
@@ -527,17 +547,12 @@ func (c *nodeConn) readControls() {
 // shut down and everything queued has been read. A zero-length message is a
 // violation and is skipped.
 func (c *nodeConn) recv(buf []byte) (m int, eof bool, err error) {
+	c.recvBuf = buf
+	defer func() { c.recvBuf = nil }()
 	for {
-		var rerr error
-		err = c.raw.Read(func(fd uintptr) bool {
-			for {
-				// MSG_TRUNC: return the message's real length.
-				m, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
-				if rerr != unix.EINTR {
-					return rerr != unix.EAGAIN
-				}
-			}
-		})
+		c.recvN, c.recvErr = 0, nil
+		err = c.raw.Read(c.recvFn)
+		m, rerr := c.recvN, c.recvErr
 		switch {
 		case err != nil:
 			return 0, false, err
@@ -557,6 +572,28 @@ func (c *nodeConn) recv(buf []byte) (m int, eof bool, err error) {
 			continue
 		}
 		return m, false, nil
+	}
+}
+
+// recvRaw is recv's socket step (c.recvFn). It calls recvfrom(2) itself:
+// unix.Recvmsg returns the sender's address, which it allocates, and a
+// connected socket's sender is known.
+func (c *nodeConn) recvRaw(fd uintptr) bool {
+	for {
+		// MSG_TRUNC: return the message's real length.
+		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.recvBuf[0])), uintptr(len(c.recvBuf)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+		switch errno {
+		case 0:
+			c.recvN = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		c.recvErr = errno
+		return true
 	}
 }
 

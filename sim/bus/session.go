@@ -309,7 +309,10 @@ func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, e
 // (hv_uio_irqcontrol; docs/protocol/vmbus-ring.md §1.4).
 func (s *Session) irqControl(enable bool) {
 	prof := s.dev.host.cfg.Profile
-	targets := s.Channels()
+	var buf [8]*Channel // a guest's channels, mostly; more spill to the heap
+	s.mu.Lock()
+	targets := append(buf[:0], s.chans...)
+	s.mu.Unlock()
 	if !prof.ControlAllChannels() {
 		targets = targets[:1]
 	}
