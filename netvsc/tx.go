@@ -57,7 +57,11 @@ type txPath struct {
 	stash     []uint32     // sections taken but not used; taken again first
 	gpaSt     []uint32     // GPA slots taken but not used
 	stashN    atomic.Int32 // len(stash)+len(gpaSt), for the lock-free txReady
-	cur       openSection  // the section being filled in this burst
+	// want is what the last burst stopped for (wantAny, wantSection,
+	// wantGPA), read by the lock-free txReady: a free GPA slot is no room
+	// for a frame that can only be copied, and WaitTx would spin on it.
+	want atomic.Int32
+	cur  openSection // the section being filled in this burst
 
 	gpa      *idxRing        // free GPA-direct slots (SPSC, above)
 	gpaPkts  []*frame.Packet // per slot: the packet in flight (handed over, above)
@@ -69,10 +73,51 @@ type txPath struct {
 	pfns    []uint64
 	segBuf  []byte
 	done    []*frame.Packet // copied packets, freed at the end of the burst
+	hdr     hdrTemplate
+	// stop is what this burst stopped for (want), stored when it ends.
+	stop int32
 	// copied counts the frames the burst copied into sections, added to
 	// tx_copied when it ends: a counter store is an atomic exchange, a
 	// full barrier that would wait on every copy into shared memory.
 	copied uint64
+}
+
+// hdrTemplate is the RNDIS header and per-packet info last built, kept
+// for the frames that follow with the same info (a burst's frames mostly
+// share it): each then costs one copy and two length stores rather than
+// a field-by-field build, and fewer stores to the section's cold lines.
+type hdrTemplate struct {
+	info rndis.PacketInfo
+	n    int // header and per-packet info bytes; 0 when none is built
+	b    [hdrTemplateMax]byte
+}
+
+// hdrTemplateMax holds the header and every per-packet info element the
+// transmit path writes (checksum, LSO, 802.1Q, hash value).
+const hdrTemplateMax = rndis.PacketHeaderSize + 4*rndis.PPIUint32Size
+
+// The PACKET_MSG fields that change with the frame.
+const (
+	offMessageLength = 4
+	offDataLength    = 12
+)
+
+// put writes the header and per-packet info of an n-byte frame's
+// PACKET_MSG at the start of dst, which has room for them.
+func (h *hdrTemplate) put(dst []byte, info *rndis.PacketInfo, n int) {
+	if h.n == 0 || h.info != *info {
+		k, err := rndis.PutPacketHeader(h.b[:], info, 0)
+		if err != nil { // more info than the template holds: build it in place
+			h.n = 0
+			rndis.PutPacketHeader(dst, info, n)
+			return
+		}
+		h.info, h.n = *info, k
+	}
+	d := dst[:h.n]
+	copy(d, h.b[:h.n])
+	binary.LittleEndian.PutUint32(d[offMessageLength:], uint32(h.n+n))
+	binary.LittleEndian.PutUint32(d[offDataLength:], uint32(n))
 }
 
 type openSection struct {
@@ -149,9 +194,30 @@ func (t *txPath) untakeGPA(slot uint32) {
 	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
 }
 
-// ready reports, without locks, whether a section or GPA slot is free.
+// What a burst stopped for, in txPath.want.
+const (
+	wantAny     = iota // a section or a GPA slot (or the ring, or nothing)
+	wantSection        // a section: the frame can only be copied
+	wantGPA            // a GPA slot: the frame is larger than a section
+)
+
+// ready reports, without locks, whether what the last burst stopped for
+// (a section, a GPA slot, or either) is free.
 func (t *txPath) ready() bool {
+	switch t.want.Load() {
+	case wantSection:
+		return t.sec.len() > 0 || t.stashN.Load() > 0
+	case wantGPA:
+		return t.gpa.len() > 0 || t.stashN.Load() > 0
+	}
 	return t.sec.len() > 0 || t.gpa.len() > 0 || t.stashN.Load() > 0
+}
+
+// stopped records what the burst stopped for, storing only a change.
+func (t *txPath) stopped(w int32) {
+	if t.want.Load() != w {
+		t.want.Store(w)
+	}
 }
 
 // sectionDone frees section idx, which the host completed, and returns
@@ -245,12 +311,14 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 	s := q.s
 	q.outMu.Lock()
 	n := 0
+	q.tx.stop = wantAny
 	for n < len(pkts) && s.err() == nil {
 		if !q.txOne(pkts[n]) {
 			break
 		}
 		n++
 	}
+	q.tx.stopped(q.tx.stop)
 	q.flushSection()
 	if q.tx.copied > 0 {
 		q.c.txCopied.add(q.tx.copied)
@@ -316,13 +384,18 @@ func (q *Queue) txOne(p *frame.Packet) bool {
 		// No section: GPA-direct if the buffer is pinned (Linux tx_send_full).
 		if !gpaBacked(p) {
 			q.c.txNoSpace.inc()
+			q.tx.stop = wantSection
 			return false
 		}
 		q.c.txSendFull.inc()
 		return q.sendGPA(p, &info)
 	}
 	if gpaBacked(p) {
-		return q.sendGPA(p, &info)
+		if !q.sendGPA(p, &info) {
+			q.tx.stop = wantGPA // a section would not do (or the ring is full)
+			return false
+		}
+		return true
 	}
 	if tso && s.off.lso(p.Meta.Flags, 0) {
 		return q.sendLSOPieces(p, &info)
@@ -411,17 +484,16 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 	if c.open {
 		pos := (c.used + s.align - 1) &^ (s.align - 1)
 		if c.frames < s.maxPkts && pos+need <= s.aggMax {
-			sec := s.send.section(c.idx)
-			if _, err := rndis.PadMessage(sec[c.last:pos], s.align); err != nil {
-				pos = -1 // cannot happen: pos is the padded end
-			}
-			if pos >= 0 {
-				rndis.PutPacketHeader(sec[pos:], info, n)
-				c.used, c.last = pos+need, pos
-				c.frames++
-				c.bytes += n
-				return sec[pos+hdr : pos+need], copyOK
-			}
+			// Pad the previous message to the alignment (rndis.PadMessage,
+			// its length known here): zero the gap, extend its length.
+			sec := s.send.section(c.idx)[:pos+need]
+			clear(sec[c.used:pos])
+			binary.LittleEndian.PutUint32(sec[c.last+offMessageLength:], uint32(pos-c.last))
+			q.tx.hdr.put(sec[pos:], info, n)
+			c.used, c.last = pos+need, pos
+			c.frames++
+			c.bytes += n
+			return sec[pos+hdr : pos+need], copyOK
 		}
 		q.flushSection()
 	}
@@ -434,7 +506,7 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 		return nil, copyNoSection
 	}
 	sec := s.send.section(int(idx))
-	rndis.PutPacketHeader(sec, info, n)
+	q.tx.hdr.put(sec, info, n)
 	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: n}
 	return sec[hdr:need], copyOK
 }
