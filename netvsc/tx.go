@@ -76,6 +76,7 @@ type txPath struct {
 	hdr     hdrTemplate
 	// stop is what this burst stopped for (want), stored when it ends.
 	stop int32
+	left int // frames left in the burst, this one included
 	// copied counts the frames the burst copied into sections, added to
 	// tx_copied when it ends: a counter store is an atomic exchange, a
 	// full barrier that would wait on every copy into shared memory.
@@ -313,6 +314,7 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 	n := 0
 	q.tx.stop = wantAny
 	for n < len(pkts) && s.err() == nil {
+		q.tx.left = len(pkts) - n
 		if !q.txOne(pkts[n]) {
 			break
 		}
@@ -506,6 +508,14 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 		return nil, copyNoSection
 	}
 	sec := s.send.section(int(idx))
+	// Own the lines the burst's next frames will fill before filling
+	// them: the host's core read them last, and one store per line
+	// issued back to back lets their fetches overlap instead of each
+	// waiting behind the stores of the frame before.
+	end := min(len(sec), ((need+s.align-1)&^(s.align-1))*min(s.maxPkts, q.tx.left))
+	for off := 0; off < end; off += 64 {
+		sec[off] = 0
+	}
 	q.tx.hdr.put(sec, info, n)
 	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: n}
 	return sec[hdr:need], copyOK
