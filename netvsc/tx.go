@@ -56,7 +56,8 @@ type txPath struct {
 	secBytes  []uint32
 	stash     []uint32     // sections taken but not used; taken again first
 	gpaSt     []uint32     // GPA slots taken but not used
-	stashN    atomic.Int32 // len(stash)+len(gpaSt), for the lock-free txReady
+	stashN    atomic.Int32 // len(stash), for the lock-free txReady
+	gpaStN    atomic.Int32 // len(gpaSt), likewise
 	// want is what the last burst stopped for (wantAny, wantSection,
 	// wantGPA), read by the lock-free txReady: a free GPA slot is no room
 	// for a frame that can only be copied, and WaitTx would spin on it.
@@ -81,6 +82,7 @@ type txPath struct {
 	// tx_copied when it ends: a counter store is an atomic exchange, a
 	// full barrier that would wait on every copy into shared memory.
 	copied uint64
+	sent   uint64 // sections sent in the burst, added to tx_sections likewise
 }
 
 // hdrTemplate is the RNDIS header and per-packet info last built, kept
@@ -162,7 +164,7 @@ func (t *txPath) takeSection() (uint32, bool) {
 	if n := len(t.stash); n > 0 {
 		v := t.stash[n-1]
 		t.stash = t.stash[:n-1]
-		t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+		t.stashN.Store(int32(len(t.stash)))
 		return v, true
 	}
 	return t.sec.take()
@@ -173,7 +175,7 @@ func (t *txPath) takeSection() (uint32, bool) {
 // short list.
 func (t *txPath) untakeSection(idx uint32) {
 	t.stash = append(t.stash, idx)
-	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+	t.stashN.Store(int32(len(t.stash)))
 }
 
 // sections returns how many sections a burst may take now.
@@ -183,7 +185,7 @@ func (t *txPath) takeGPA() (uint32, bool) {
 	if n := len(t.gpaSt); n > 0 {
 		v := t.gpaSt[n-1]
 		t.gpaSt = t.gpaSt[:n-1]
-		t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+		t.gpaStN.Store(int32(len(t.gpaSt)))
 		return v, true
 	}
 	return t.gpa.take()
@@ -192,7 +194,7 @@ func (t *txPath) takeGPA() (uint32, bool) {
 // untakeGPA parks a GPA slot taken but not used, as untakeSection.
 func (t *txPath) untakeGPA(slot uint32) {
 	t.gpaSt = append(t.gpaSt, slot)
-	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+	t.gpaStN.Store(int32(len(t.gpaSt)))
 }
 
 // What a burst stopped for, in txPath.want.
@@ -205,13 +207,15 @@ const (
 // ready reports, without locks, whether what the last burst stopped for
 // (a section, a GPA slot, or either) is free.
 func (t *txPath) ready() bool {
+	sec := t.sec.len() > 0 || t.stashN.Load() > 0
+	gpa := t.gpa.len() > 0 || t.gpaStN.Load() > 0
 	switch t.want.Load() {
 	case wantSection:
-		return t.sec.len() > 0 || t.stashN.Load() > 0
+		return sec
 	case wantGPA:
-		return t.gpa.len() > 0 || t.stashN.Load() > 0
+		return gpa
 	}
-	return t.sec.len() > 0 || t.gpa.len() > 0 || t.stashN.Load() > 0
+	return sec || gpa
 }
 
 // stopped records what the burst stopped for, storing only a change.
@@ -325,6 +329,10 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 	if q.tx.copied > 0 {
 		q.c.txCopied.add(q.tx.copied)
 		q.tx.copied = 0
+	}
+	if q.tx.sent > 0 {
+		q.c.txSections.add(q.tx.sent)
+		q.tx.sent = 0
 	}
 	q.sendAcksLocked()
 	if err := q.ch.Flush(); err != nil {
@@ -499,7 +507,7 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 		}
 		q.flushSection()
 	}
-	if q.ch.Out().Free() <= 2*nvspSendSize {
+	if !q.ch.Out().Room(2 * nvspSendSize) {
 		q.c.txBusy.inc()
 		return nil, copyRingFull
 	}
@@ -541,7 +549,7 @@ func (q *Queue) flushSection() {
 		}
 		return
 	}
-	q.c.txSections.inc()
+	t.sent++
 }
 
 // sendGPA sends one frame GPA-direct from its pinned buffer, the RNDIS
@@ -574,7 +582,7 @@ func (q *Queue) sendGPA(p *frame.Packet, info *rndis.PacketInfo) bool {
 	}
 	t.hdrBuf = vmbus.GPAHeader(t.hdrBuf[:0], 1)
 	t.hdrBuf = vmbus.AppendGPARange(t.hdrBuf, uint32(hdrLen+flen), pageOff, pfns)
-	if q.ch.Out().Free() <= vmbus.PacketSize(len(t.hdrBuf), nvsp.MessageSize)+nvspSendSize {
+	if !q.ch.Out().Room(vmbus.PacketSize(len(t.hdrBuf), nvsp.MessageSize) + nvspSendSize) {
 		t.untakeGPA(slot)
 		q.c.txBusy.inc()
 		return false

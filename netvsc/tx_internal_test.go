@@ -74,16 +74,20 @@ func TestTxReadyWantsWhatStopped(t *testing.T) {
 	tests := []struct {
 		name     string
 		want     int32
-		sections int // sections the host completed
+		sections int  // sections the host completed, on the free ring
+		stashed  bool // a section taken and parked again (untakeSection)
 		gpaFree  bool
 		ready    bool
 	}{
-		{"any, GPA slots free", wantAny, 0, true, true},
-		{"section, only GPA slots free", wantSection, 0, true, false},
-		{"section, a section completed", wantSection, 1, true, true},
-		{"GPA, slots free", wantGPA, 0, true, true},
-		{"GPA, no slot free, a section completed", wantGPA, 1, false, false},
-		{"any, nothing free", wantAny, 0, false, false},
+		{"any, GPA slots free", wantAny, 0, false, true, true},
+		{"section, only GPA slots free", wantSection, 0, false, true, false},
+		{"section, a section completed", wantSection, 1, false, true, true},
+		{"section, a section on the stash", wantSection, 0, true, false, true},
+		{"GPA, slots free", wantGPA, 0, false, true, true},
+		{"GPA, no slot free, a section completed", wantGPA, 1, false, false, false},
+		{"GPA, no slot free, a section on the stash", wantGPA, 0, true, false, false},
+		{"any, nothing free", wantAny, 0, false, false, false},
+		{"any, a section on the stash", wantAny, 0, true, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,6 +95,9 @@ func TestTxReadyWantsWhatStopped(t *testing.T) {
 			for range tc.sections {
 				p.sec.put(1)
 				secs = append(secs, 1)
+			}
+			if tc.stashed {
+				p.untakeSection(2)
 			}
 			if !tc.gpaFree {
 				for {
@@ -107,6 +114,11 @@ func TestTxReadyWantsWhatStopped(t *testing.T) {
 			}
 			for range secs {
 				p.sec.take()
+			}
+			if tc.stashed {
+				if v, ok := p.takeSection(); !ok || v != 2 {
+					t.Fatalf("takeSection = %d, %v; want the stashed 2", v, ok)
+				}
 			}
 			for _, s := range gpaAll {
 				p.gpa.put(s)
