@@ -2,6 +2,7 @@ package netvsc
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/vmbusd/vmbusd/vmbus"
 )
@@ -17,13 +18,18 @@ import (
 type completions struct {
 	mu   sync.Mutex
 	owed owed
-	msg  []byte // the SEND_RNDIS_PKT_COMPLETE every completion carries
+	// n is owed.len(), stored under mu, for pending and send to find
+	// nothing owed without the lock: every burst and drain asks, and on a
+	// transmit-only queue the answer is always no.
+	n   atomic.Int32
+	msg []byte // the SEND_RNDIS_PKT_COMPLETE every completion carries
 }
 
 // init sizes the ring for count sub-allocations.
 func (a *completions) init(count uint32) {
 	a.mu.Lock()
 	a.owed.init(count)
+	a.n.Store(0)
 	a.mu.Unlock()
 }
 
@@ -40,17 +46,15 @@ func (a *completions) owes(tid uint32) bool {
 func (a *completions) add(tid uint32) bool {
 	a.mu.Lock()
 	v := a.owed.add(tid)
+	if v {
+		a.n.Store(int32(a.owed.len()))
+	}
 	a.mu.Unlock()
 	return v
 }
 
 // pending reports completions still owed.
-func (a *completions) pending() bool {
-	a.mu.Lock()
-	v := a.owed.len() > 0
-	a.mu.Unlock()
-	return v
-}
+func (a *completions) pending() bool { return a.n.Load() > 0 }
 
 // send writes the owed completions into ch's outbound ring, oldest first,
 // and returns how many; outMu is held. It stops at the first error (a
@@ -58,17 +62,22 @@ func (a *completions) pending() bool {
 // its completion is in the ring: the host may hand it out again only
 // after reading it.
 func (a *completions) send(ch *vmbus.Channel) (int, error) {
+	if a.n.Load() == 0 {
+		return 0, nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	sent := 0
+	var err error
 	for a.owed.len() > 0 {
-		if err := ch.SendCompletion(uint64(a.owed.oldest()), a.msg); err != nil {
-			return sent, err
+		if err = ch.SendCompletion(uint64(a.owed.oldest()), a.msg); err != nil {
+			break
 		}
 		a.owed.done()
 		sent++
 	}
-	return sent, nil
+	a.n.Store(int32(a.owed.len()))
+	return sent, err
 }
 
 // owed is the receive completions a queue owes the host: one per

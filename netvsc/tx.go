@@ -56,8 +56,13 @@ type txPath struct {
 	secBytes  []uint32
 	stash     []uint32     // sections taken but not used; taken again first
 	gpaSt     []uint32     // GPA slots taken but not used
-	stashN    atomic.Int32 // len(stash)+len(gpaSt), for the lock-free txReady
-	cur       openSection  // the section being filled in this burst
+	stashN    atomic.Int32 // len(stash), for the lock-free txReady
+	gpaStN    atomic.Int32 // len(gpaSt), likewise
+	// want is what the last burst stopped for (wantAny, wantSection,
+	// wantGPA), read by the lock-free txReady: a free GPA slot is no room
+	// for a frame that can only be copied, and WaitTx would spin on it.
+	want atomic.Int32
+	cur  openSection // the section being filled in this burst
 
 	gpa      *idxRing        // free GPA-direct slots (SPSC, above)
 	gpaPkts  []*frame.Packet // per slot: the packet in flight (handed over, above)
@@ -69,10 +74,53 @@ type txPath struct {
 	pfns    []uint64
 	segBuf  []byte
 	done    []*frame.Packet // copied packets, freed at the end of the burst
+	hdr     hdrTemplate
+	// stop is what this burst stopped for (want), stored when it ends.
+	stop int32
+	left int // frames left in the burst, this one included
 	// copied counts the frames the burst copied into sections, added to
 	// tx_copied when it ends: a counter store is an atomic exchange, a
 	// full barrier that would wait on every copy into shared memory.
 	copied uint64
+	sent   uint64 // sections sent in the burst, added to tx_sections likewise
+}
+
+// hdrTemplate is the RNDIS header and per-packet info last built, kept
+// for the frames that follow with the same info (a burst's frames mostly
+// share it): each then costs one copy and two length stores rather than
+// a field-by-field build, and fewer stores to the section's cold lines.
+type hdrTemplate struct {
+	info rndis.PacketInfo
+	n    int // header and per-packet info bytes; 0 when none is built
+	b    [hdrTemplateMax]byte
+}
+
+// hdrTemplateMax holds the header and every per-packet info element the
+// transmit path writes (checksum, LSO, 802.1Q, hash value).
+const hdrTemplateMax = rndis.PacketHeaderSize + 4*rndis.PPIUint32Size
+
+// The PACKET_MSG fields that change with the frame.
+const (
+	offMessageLength = 4
+	offDataLength    = 12
+)
+
+// put writes the header and per-packet info of an n-byte frame's
+// PACKET_MSG at the start of dst, which has room for them.
+func (h *hdrTemplate) put(dst []byte, info *rndis.PacketInfo, n int) {
+	if h.n == 0 || h.info != *info {
+		k, err := rndis.PutPacketHeader(h.b[:], info, 0)
+		if err != nil { // more info than the template holds: build it in place
+			h.n = 0
+			rndis.PutPacketHeader(dst, info, n)
+			return
+		}
+		h.info, h.n = *info, k
+	}
+	d := dst[:h.n]
+	copy(d, h.b[:h.n])
+	binary.LittleEndian.PutUint32(d[offMessageLength:], uint32(h.n+n))
+	binary.LittleEndian.PutUint32(d[offDataLength:], uint32(n))
 }
 
 type openSection struct {
@@ -116,7 +164,7 @@ func (t *txPath) takeSection() (uint32, bool) {
 	if n := len(t.stash); n > 0 {
 		v := t.stash[n-1]
 		t.stash = t.stash[:n-1]
-		t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+		t.stashN.Store(int32(len(t.stash)))
 		return v, true
 	}
 	return t.sec.take()
@@ -127,7 +175,7 @@ func (t *txPath) takeSection() (uint32, bool) {
 // short list.
 func (t *txPath) untakeSection(idx uint32) {
 	t.stash = append(t.stash, idx)
-	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+	t.stashN.Store(int32(len(t.stash)))
 }
 
 // sections returns how many sections a burst may take now.
@@ -137,7 +185,7 @@ func (t *txPath) takeGPA() (uint32, bool) {
 	if n := len(t.gpaSt); n > 0 {
 		v := t.gpaSt[n-1]
 		t.gpaSt = t.gpaSt[:n-1]
-		t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+		t.gpaStN.Store(int32(len(t.gpaSt)))
 		return v, true
 	}
 	return t.gpa.take()
@@ -146,12 +194,35 @@ func (t *txPath) takeGPA() (uint32, bool) {
 // untakeGPA parks a GPA slot taken but not used, as untakeSection.
 func (t *txPath) untakeGPA(slot uint32) {
 	t.gpaSt = append(t.gpaSt, slot)
-	t.stashN.Store(int32(len(t.stash) + len(t.gpaSt)))
+	t.gpaStN.Store(int32(len(t.gpaSt)))
 }
 
-// ready reports, without locks, whether a section or GPA slot is free.
+// What a burst stopped for, in txPath.want.
+const (
+	wantAny     = iota // a section or a GPA slot (or the ring, or nothing)
+	wantSection        // a section: the frame can only be copied
+	wantGPA            // a GPA slot: the frame is larger than a section
+)
+
+// ready reports, without locks, whether what the last burst stopped for
+// (a section, a GPA slot, or either) is free.
 func (t *txPath) ready() bool {
-	return t.sec.len() > 0 || t.gpa.len() > 0 || t.stashN.Load() > 0
+	sec := t.sec.len() > 0 || t.stashN.Load() > 0
+	gpa := t.gpa.len() > 0 || t.gpaStN.Load() > 0
+	switch t.want.Load() {
+	case wantSection:
+		return sec
+	case wantGPA:
+		return gpa
+	}
+	return sec || gpa
+}
+
+// stopped records what the burst stopped for, storing only a change.
+func (t *txPath) stopped(w int32) {
+	if t.want.Load() != w {
+		t.want.Store(w)
+	}
 }
 
 // sectionDone frees section idx, which the host completed, and returns
@@ -245,16 +316,23 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 	s := q.s
 	q.outMu.Lock()
 	n := 0
+	q.tx.stop = wantAny
 	for n < len(pkts) && s.err() == nil {
+		q.tx.left = len(pkts) - n
 		if !q.txOne(pkts[n]) {
 			break
 		}
 		n++
 	}
+	q.tx.stopped(q.tx.stop)
 	q.flushSection()
 	if q.tx.copied > 0 {
 		q.c.txCopied.add(q.tx.copied)
 		q.tx.copied = 0
+	}
+	if q.tx.sent > 0 {
+		q.c.txSections.add(q.tx.sent)
+		q.tx.sent = 0
 	}
 	q.sendAcksLocked()
 	if err := q.ch.Flush(); err != nil {
@@ -316,13 +394,18 @@ func (q *Queue) txOne(p *frame.Packet) bool {
 		// No section: GPA-direct if the buffer is pinned (Linux tx_send_full).
 		if !gpaBacked(p) {
 			q.c.txNoSpace.inc()
+			q.tx.stop = wantSection
 			return false
 		}
 		q.c.txSendFull.inc()
 		return q.sendGPA(p, &info)
 	}
 	if gpaBacked(p) {
-		return q.sendGPA(p, &info)
+		if !q.sendGPA(p, &info) {
+			q.tx.stop = wantGPA // a section would not do (or the ring is full)
+			return false
+		}
+		return true
 	}
 	if tso && s.off.lso(p.Meta.Flags, 0) {
 		return q.sendLSOPieces(p, &info)
@@ -411,21 +494,20 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 	if c.open {
 		pos := (c.used + s.align - 1) &^ (s.align - 1)
 		if c.frames < s.maxPkts && pos+need <= s.aggMax {
-			sec := s.send.section(c.idx)
-			if _, err := rndis.PadMessage(sec[c.last:pos], s.align); err != nil {
-				pos = -1 // cannot happen: pos is the padded end
-			}
-			if pos >= 0 {
-				rndis.PutPacketHeader(sec[pos:], info, n)
-				c.used, c.last = pos+need, pos
-				c.frames++
-				c.bytes += n
-				return sec[pos+hdr : pos+need], copyOK
-			}
+			// Pad the previous message to the alignment (rndis.PadMessage,
+			// its length known here): zero the gap, extend its length.
+			sec := s.send.section(c.idx)[:pos+need]
+			clear(sec[c.used:pos])
+			binary.LittleEndian.PutUint32(sec[c.last+offMessageLength:], uint32(pos-c.last))
+			q.tx.hdr.put(sec[pos:], info, n)
+			c.used, c.last = pos+need, pos
+			c.frames++
+			c.bytes += n
+			return sec[pos+hdr : pos+need], copyOK
 		}
 		q.flushSection()
 	}
-	if q.ch.Out().Free() <= 2*nvspSendSize {
+	if !q.ch.Out().Room(2 * nvspSendSize) {
 		q.c.txBusy.inc()
 		return nil, copyRingFull
 	}
@@ -434,7 +516,15 @@ func (q *Queue) allocFrame(n int, info *rndis.PacketInfo) ([]byte, copyResult) {
 		return nil, copyNoSection
 	}
 	sec := s.send.section(int(idx))
-	rndis.PutPacketHeader(sec, info, n)
+	// Own the lines the burst's next frames will fill before filling
+	// them: the host's core read them last, and one store per line
+	// issued back to back lets their fetches overlap instead of each
+	// waiting behind the stores of the frame before.
+	end := min(len(sec), ((need+s.align-1)&^(s.align-1))*min(s.maxPkts, q.tx.left))
+	for off := 0; off < end; off += 64 {
+		sec[off] = 0
+	}
+	q.tx.hdr.put(sec, info, n)
 	*c = openSection{open: true, idx: int(idx), used: need, frames: 1, bytes: n}
 	return sec[hdr:need], copyOK
 }
@@ -459,7 +549,7 @@ func (q *Queue) flushSection() {
 		}
 		return
 	}
-	q.c.txSections.inc()
+	t.sent++
 }
 
 // sendGPA sends one frame GPA-direct from its pinned buffer, the RNDIS
@@ -492,7 +582,7 @@ func (q *Queue) sendGPA(p *frame.Packet, info *rndis.PacketInfo) bool {
 	}
 	t.hdrBuf = vmbus.GPAHeader(t.hdrBuf[:0], 1)
 	t.hdrBuf = vmbus.AppendGPARange(t.hdrBuf, uint32(hdrLen+flen), pageOff, pfns)
-	if q.ch.Out().Free() <= vmbus.PacketSize(len(t.hdrBuf), nvsp.MessageSize)+nvspSendSize {
+	if !q.ch.Out().Room(vmbus.PacketSize(len(t.hdrBuf), nvsp.MessageSize) + nvspSendSize) {
 		t.untakeGPA(slot)
 		q.c.txBusy.inc()
 		return false

@@ -176,6 +176,13 @@ func (o *OutRing) Free() int {
 	return int(o.r.size - o.r.used(o.next, o.readIdx))
 }
 
+// Room reports whether more than n bytes are free, as Write decides:
+// from the read index last seen, loading the peer's only when that one
+// says they are not. Free loads it every time, and its cache line, which
+// the peer writes as it reads, is then usually fetched from the peer's
+// core.
+func (o *OutRing) Room(n int) bool { return o.reserve(n) == nil }
+
 // Pending returns the bytes written but not committed.
 func (o *OutRing) Pending() int { return int(o.r.used(o.next, o.committed)) }
 

@@ -109,6 +109,45 @@ func TestRingNeverCompletelyFull(t *testing.T) {
 	}
 }
 
+// TestRoomAgreesWithFree: Room(n) is Free() > n as the ring fills and
+// the reader frees it, and a read index the writer refuses makes it false.
+func TestRoomAgreesWithFree(t *testing.T) {
+	o, in, mem := newTestPair(t, 4096)
+	buf := make([]byte, in.MaxPacket())
+	payload := make([]byte, 40) // 64 bytes a packet
+	check := func(step string) {
+		t.Helper()
+		free := o.Free()
+		for _, n := range []int{0, 63, 64, free - 1, free, free + 1, 4096} {
+			if got, want := o.Room(n), free > n; got != want {
+				t.Fatalf("%s: Room(%d) = %v with Free() = %d", step, n, got, free)
+			}
+		}
+	}
+	check("empty")
+	for k := 0; o.Write(PacketInband, 0, uint64(k), nil, payload) == nil; k++ {
+		if k%7 == 0 {
+			check(fmt.Sprintf("after %d writes", k+1))
+		}
+	}
+	o.Commit()
+	check("full")
+	for k := 0; k < 10; k++ {
+		if _, err := in.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.Commit()
+	check("after the reader took 10")
+	controlOf(mem).readIndex.Store(4) // unaligned: corrupt
+	if o.Room(4096) || o.Room(0) {
+		t.Fatal("Room true after a corrupt read index")
+	}
+	if o.Err() == nil {
+		t.Fatal("Err() nil after a corrupt read index")
+	}
+}
+
 func TestCommitWriteSignalsOnlyOnEmptyToNonEmpty(t *testing.T) {
 	tests := []struct {
 		name       string
