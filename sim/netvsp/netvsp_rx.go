@@ -40,12 +40,13 @@ type rxSlot struct {
 	buf  []byte
 	hash uint32
 	typ  rndis.HashInfo // 0: no hash
+	rsc  bool           // a TCP super-frame the guest takes coalesced (RSC fragments)
 }
 
 func newFrameQueue(n int) frameQueue { return frameQueue{slots: make([]rxSlot, n)} }
 
 // push copies f into the queue; false when the queue is full.
-func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo) bool {
+func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo, rsc bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.tail-q.head == uint64(len(q.slots)) {
@@ -53,7 +54,7 @@ func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo) bool {
 	}
 	s := &q.slots[q.tail%uint64(len(q.slots))]
 	s.buf = append(s.buf[:0], f...)
-	s.hash, s.typ = hash, typ
+	s.hash, s.typ, s.rsc = hash, typ, rsc
 	q.tail++
 	q.count.Store(int64(q.tail - q.head))
 	return true
@@ -227,16 +228,19 @@ func (ch *nicChan) deliver() bool {
 	msgSize := ss.msgSize()
 	progress := false
 	head, tail := q.span()
+	limit := nvsp.MaxPacketsPerReceive
+	if cfg.rscOn(false) || cfg.rscOn(true) {
+		limit = nvsp.RSCMax
+	}
 	for head < tail {
-		m := min(int(tail-head), nvsp.MaxPacketsPerReceive)
 		free := ch.c.Out().Free() - respReserve
 		fixed := vmbus.PacketSize(8, msgSize)
 		if free <= fixed+8 {
 			ch.blockedOut, ch.needOut = true, fixed+8+respReserve
 			break
 		}
-		m = min(m, (free-fixed)/8-1)
-		n := ch.sendFrames(cfg, head, m, msgSize)
+		ranges := min(limit, (free-fixed)/8-1)
+		n := ch.sendFrames(cfg, head, int(tail-head), ranges, msgSize)
 		if n == 0 {
 			break // out of sub-allocations: wait for completions
 		}
@@ -248,19 +252,40 @@ func (ch *nicChan) deliver() bool {
 }
 
 // sendFrames writes up to m frames from the queue, starting at head, into
-// one run of sub-allocations and sends its transfer-page packet. It
-// returns how many frames went.
-func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
+// one run of sub-allocations, one RNDIS message (range) each, or one per
+// fragment of a coalesced frame, at most maxRanges in all, and sends its
+// transfer-page packet. It returns how many frames went.
+func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize int) int {
 	ss := ch.ss
 	f := &ss.n.faults
 	sub := cfg.subSize
 	ranges := ch.xfer[:8]
 	var start, cur uint32
 	var bytes uint64
-	n := 0
-	for ; n < m; n++ {
+	n, nr := 0, 0
+	for ; n < m && nr < maxRanges; n++ {
 		s := ch.rxq.at(head + uint64(n))
 		fr := s.buf
+		if s.rsc {
+			k := rscFragments(len(fr), int(sub), s.typ != 0)
+			if nr+k > maxRanges {
+				break
+			}
+			if n == 0 {
+				var ok bool
+				if start, ok = ch.data.alloc(uint32(k)); !ok {
+					return 0
+				}
+				cur = start
+			} else if !ch.data.grow(start, uint32(k)) {
+				break
+			}
+			ranges = ch.putFragments(ranges, s, int(cur), int(sub))
+			cur += uint32(k)
+			nr += k
+			bytes += uint64(len(fr))
+			continue
+		}
 		var info rndis.PacketInfo
 		if tci, tagged := vswitch.FrameTagged(fr); tagged {
 			ch.vlanBuf = vswitch.StripVLAN(ch.vlanBuf, fr)
@@ -294,6 +319,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 		}
 		ranges = vmbus.AppendTransferRange(ranges, uint32(runLen), roff)
 		cur += k
+		nr++
 		bytes += uint64(len(fr))
 	}
 	if n == 0 {
@@ -303,7 +329,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 	if f.take(NICFaultXferPageSet) {
 		id ^= 0x0101
 	}
-	vmbus.TransferPageHeader(ranges[:0], id, n)
+	vmbus.TransferPageHeader(ranges[:0], id, nr)
 	t := nvsp.TypeSendRNDISPkt
 	payload := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(ch.xmsg[:0])
 	if f.take(NICFaultNVSPType) {
