@@ -86,8 +86,11 @@ func TestRSCReassemblesCoalescedFrames(t *testing.T) {
 					t.Fatalf("frame %d: %d bytes, want the %d-byte super-frame", i, p.Len(), len(frames[i]))
 				}
 				want := netvsc.MetaRxCoalesced | frame.MetaRxL4ChecksumOK | frame.MetaRxIPChecksumOK
-				if p.Meta.Flags&want != want {
-					t.Fatalf("frame %d: meta %#x, want %#x", i, p.Meta.Flags, want)
+				if p.Meta.Flags&want != want || p.Meta.MSS != 1460 || p.Meta.L4Off != 34 {
+					t.Fatalf("frame %d: meta %+v, want flags %#x and MSS 1460", i, p.Meta, want)
+				}
+				if ^csum.Fold(csum.Add(0, p.Data()[14:34])) != 0 {
+					t.Fatalf("frame %d: IPv4 header checksum does not verify", i)
 				}
 				p.Free()
 			}

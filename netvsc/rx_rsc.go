@@ -19,13 +19,15 @@ package netvsc
 import (
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/csum"
+	"github.com/vmbusd/vmbusd/frame/gso"
 	"github.com/vmbusd/vmbusd/netvsc/rndis"
 )
 
 // MetaRxCoalesced marks a frame RxBurst reassembled from the host's RSC
 // fragments: a TCP frame up to 64 KiB, larger than the MTU, whose TCP
 // checksum the host verified on the segments it coalesced
-// (MetaRxL4ChecksumOK) but did not recompute.
+// (MetaRxL4ChecksumOK) but did not recompute. Meta.MSS (with L3Off and
+// L4Off) is the segment size it stands for: the MTU less its headers.
 const MetaRxCoalesced frame.MetaFlags = 1 << 14
 
 const (
@@ -122,10 +124,27 @@ func (q *Queue) rxFragment(f *rxFrame) {
 		p.Free()
 		return
 	}
+	q.segmentSize(p)
 	q.c.rxRSCFrames.inc()
 	r.xferPkts++
 	r.xferBytes += uint64(p.Len())
 	r.deliver(p)
+}
+
+// segmentSize records in a coalesced TCP frame's Meta the segment size
+// it stands for, which the host does not send: the MTU less the frame's
+// IP and TCP headers (Meta.MSS, with L3Off and L4Off), so that a
+// consumer can hand it on as one super-frame (a TAP's GSO).
+func (q *Queue) segmentSize(p *frame.Packet) {
+	l, err := gso.Parse(p.Data())
+	if err != nil || l.Proto != gso.ProtoTCP || l.End != p.Len() {
+		return
+	}
+	mss := q.s.mtu - (l.Payload - l.L3)
+	if mss <= 0 || mss > 0xffff {
+		return
+	}
+	p.Meta.MSS, p.Meta.L3Off, p.Meta.L4Off = uint16(mss), uint16(l.L3), uint16(l.L4)
 }
 
 // rscDrop drops the open frame, if any, and counts a dropped frame.

@@ -55,7 +55,7 @@ func rscFragments(n, sub int, hashed bool) int {
 // sub-allocations from cur on and appends their ranges.
 func (ch *nicChan) putFragments(ranges []byte, s *rxSlot, cur, sub int) []byte {
 	ss := ch.ss
-	fr := s.buf
+	fr := s.frame()
 	c := rndis.RxChecksumTCPOK | rndis.RxChecksumTCPValueInvalid
 	if len(fr) > vswitch.EthHeaderLen && be.Uint16(fr[12:]) == vswitch.EthTypeIPv4 {
 		c |= rndis.RxChecksumIPOK | rndis.RxChecksumIPValueInvalid
@@ -144,7 +144,7 @@ func (n *NIC) deliverSuper(ss *nicSession, f []byte, o vswitch.FrameOffload) int
 		if k <= nvsp.RSCMax && uint32(k) <= cfg.perQueue {
 			chans := ss.channels()
 			q := 0
-			if ss.enqueue(cfg, chans, f, true) {
+			if ss.enqueue(cfg, chans, f, o.Segments(f)) {
 				q = 1
 			}
 			ss.pokeAll(chans)

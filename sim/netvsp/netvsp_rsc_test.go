@@ -184,3 +184,30 @@ func TestRSCOnlyWhenTheDocsSaySo(t *testing.T) {
 		})
 	}
 }
+
+// TestRSCQueueCountsSegments: a super-frame queued whole takes as much of
+// its channel's queue as the wire frames it stands for, and its buffer
+// comes back when it leaves.
+func TestRSCQueueCountsSegments(t *testing.T) {
+	q := newFrameQueue(10)
+	big := make([]byte, 20000)
+	if !q.push(big, 0, 0, true, 4) || !q.push(big, 0, 0, true, 4) {
+		t.Fatal("two super-frames of 4 segments refused by a queue of 10")
+	}
+	if q.push(big, 0, 0, true, 4) {
+		t.Fatal("a third super-frame of 4 segments fit a queue of 10")
+	}
+	if !q.push(make([]byte, 60), 0, 0, false, 1) || !q.push(make([]byte, 60), 0, 0, false, 1) || q.push(make([]byte, 60), 0, 0, false, 1) {
+		t.Fatal("plain frames: want exactly 2 more")
+	}
+	if got := q.at(0).frame(); len(got) != len(big) {
+		t.Fatalf("queued super-frame of %d bytes", len(got))
+	}
+	q.release(1)
+	if len(q.bigFree) != 1 || !q.push(big, 0, 0, true, 4) {
+		t.Fatalf("after release: %d free buffers", len(q.bigFree))
+	}
+	if n := q.drain(); n != 4 || q.weight != 0 || len(q.bigFree) != 2 {
+		t.Fatalf("drained %d, weight %d, %d buffers free", n, q.weight, len(q.bigFree))
+	}
+}

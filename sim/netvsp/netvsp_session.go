@@ -272,7 +272,7 @@ func (ss *nicSession) deliver(frames [][]byte) int {
 	chans := ss.channels()
 	queued := 0
 	for _, f := range frames {
-		if ss.enqueue(cfg, chans, f, false) {
+		if ss.enqueue(cfg, chans, f, 0) {
 			queued++
 		}
 	}
@@ -289,8 +289,10 @@ func (ss *nicSession) pokeAll(chans []*nicChan) {
 }
 
 // enqueue applies the packet filter, the MTU (unless the frame goes
-// coalesced) and RSS to one frame and queues it on its channel.
-func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, coalesced bool) bool {
+// coalesced: a super-frame of segs wire frames, 0 for an ordinary frame)
+// and RSS to one frame and queues it on its channel.
+func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, segs int) bool {
+	coalesced := segs > 0
 	st := &ss.n.st
 	if !vswitch.FilterAccepts(cfg.filter, f, ss.n.mac) {
 		st.rxFiltered.Add(1)
@@ -318,7 +320,7 @@ func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, coalesce
 	if q >= len(chans) || chans[q] == nil {
 		q = 0 // a channel the guest has not opened: the primary
 	}
-	if chans[q].rxq.push(f, hash, typ, coalesced) {
+	if chans[q].rxq.push(f, hash, typ, coalesced, max(segs, 1)) {
 		return true
 	}
 	st.rxDropped.Add(1)
