@@ -107,6 +107,11 @@ type Config struct {
 	Promiscuous bool
 	// NoOffloads leaves the host's checksum and LSO offloads off.
 	NoOffloads bool
+	// RSC asks the host for receive segment coalescing over VMBus (NVSP
+	// 6.1, not with NoOffloads): RxBurst then returns coalesced TCP
+	// frames of up to 64 KiB, larger than the MTU, marked
+	// MetaRxCoalesced.
+	RSC bool
 	// RSSKey is the 40-byte rndis.Toeplitz key (nil: Microsoft's default).
 	RSSKey []byte
 	// VF says whether the NIC pairs and drives the accelerated-networking

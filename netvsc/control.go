@@ -456,6 +456,9 @@ func (s *session) handshake(ctx context.Context) error {
 	if s.version >= nvsp.Version5 {
 		caps |= nvsp.NDISConfigCapSRIOV | nvsp.NDISConfigCapTeaming
 	}
+	if s.wantRSC() {
+		caps |= nvsp.NDISConfigCapRSCOverVMBus
+	}
 	if err := c.inband(nvsp.NDISConfig{MTU: uint32(s.mtu + EthernetHeaderSize), Capabilities: caps}.Marshal(nil)); err != nil {
 		return err
 	}
@@ -638,6 +641,13 @@ func (s *session) setLink(up bool, speed uint64) {
 	}
 }
 
+// wantRSC reports whether the session asks for RSC over VMBus: the
+// configuration wants it, offloads are on, and the NVSP version is 6.1
+// or later (docs/protocol/netvsc.md §2.5).
+func (s *session) wantRSC() bool {
+	return s.cfg.RSC && !s.cfg.NoOffloads && s.version >= nvsp.Version61
+}
+
 // setOffloads queries the host's offload capabilities and enables the
 // checksum and LSOv2 offloads it has (docs/protocol/netvsc.md §3.6).
 func (s *session) setOffloads(ctx context.Context) error {
@@ -673,6 +683,17 @@ func (s *session) setOffloads(ctx context.Context) error {
 	const v6 = rndis.NDISLSOv2CapIP6Ext | rndis.NDISLSOv2CapTCP6Opt
 	if o.LSOv2.IPv6MaxSize > 0 && o.LSOv2.IPv6Options&v6 == v6 && o.LSOv2.IPv6Encapsulation&rndis.NDISOffloadEncap8023 != 0 {
 		p.LSOv2IPv6, off.lso6 = rndis.NDISOffloadParametersEnabled, int(min(o.LSOv2.IPv6MaxSize, 1<<20))
+	}
+	if s.wantRSC() && o.Header.Revision >= rndis.NDISOffloadRevision3 && (o.RSCIPv4 != 0 || o.RSCIPv6 != 0) {
+		// RSC over VMBus, for the families the host coalesces
+		// (docs/protocol/netvsc.md §3.4, §3.6).
+		if o.RSCIPv4 != 0 {
+			p.RSCIPv4 = rndis.NDISOffloadParametersEnabled
+		}
+		if o.RSCIPv6 != 0 {
+			p.RSCIPv6 = rndis.NDISOffloadParametersEnabled
+		}
+		off.rsc = true
 	}
 	if err := s.ctl.set(ctx, rndis.OIDTCPOffloadParameters, p.Marshal(nil)); err != nil {
 		return err

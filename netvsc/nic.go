@@ -120,7 +120,8 @@ type session struct {
 type offloads struct {
 	tcp4, udp4, tcp6, udp6 bool
 	ip4                    bool
-	lso4, lso6             int // max LSO size, 0 = off
+	lso4, lso6             int  // max LSO size, 0 = off
+	rsc                    bool // RSC over VMBus on: RxBurst reassembles fragments (rx_rsc.go)
 }
 
 func (o *offloads) csum(f frame.MetaFlags) bool {

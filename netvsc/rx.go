@@ -67,6 +67,18 @@ func parseXfer(p *vmbus.Packet, recv []byte, scratch []byte, h rxHandler) error 
 	if set := p.TransferPageSet(); set != nvsp.RecvBufID {
 		return protoerr.New("XFER_PAGES", protoerr.KindType, "xfer_pageset_id", uint64(set))
 	}
+	err := parseRanges(p, recv, scratch, h)
+	if e, ok := h.(xferEnder); ok {
+		e.rxXferEnd()
+	}
+	return err
+}
+
+// xferEnder is an rxHandler that wants to know when a transfer-page
+// packet's ranges are done (RSC: a frame's fragments never span packets).
+type xferEnder interface{ rxXferEnd() }
+
+func parseRanges(p *vmbus.Packet, recv []byte, scratch []byte, h rxHandler) error {
 	n := p.RangeCount()
 	for i := 0; i < n; i++ {
 		count, off := p.TransferRange(i)
@@ -231,6 +243,9 @@ type rxPath struct {
 	xfer    uint32       // the transfer page being parsed
 	xferN   uint32       // its frames held so far
 
+	// rsc reassembles coalesced frames (rx_rsc.go).
+	rsc rscState
+
 	// Frames and bytes delivered by the transfer page being parsed, added
 	// to the counters once it is done (countXfer): a counter store is an
 	// atomic exchange, a full barrier, too dear for every frame.
@@ -380,6 +395,11 @@ func (r *rxPath) popHeld() (tid uint32, last bool) {
 // freeAll returns the staged and fresh packets to their pool, and
 // forgets the held frames.
 func (r *rxPath) freeAll() {
+	if r.rsc.pkt != nil {
+		r.rsc.pkt.Free()
+		r.rsc.pkt, r.rsc.n = nil, 0
+	}
+	r.rsc.skip = false
 	for r.hLen > 0 {
 		r.popHeld()
 	}
@@ -402,6 +422,13 @@ func (q *Queue) rxData(f rxFrame) {
 	if !s.running.Load() {
 		s.rxIgnored.Add(1)
 		return
+	}
+	if q.isFragment(&f) {
+		q.rxFragment(&f)
+		return
+	}
+	if r.rsc.pkt != nil || r.rsc.skip {
+		q.rscInterrupted()
 	}
 	if r.hLen > 0 || r.full() || (r.freshN == 0 && !r.refill(q.pool)) {
 		if r.hold(&f) {

@@ -34,6 +34,8 @@ type queueCounters struct {
 	txCompletions        ctr // send completions received
 	txFailed             ctr // completions with a status other than success
 	rxPPIErrors          ctr // frames whose per-packet info was unreadable (delivered without metadata)
+	rxRSCFrames          ctr // coalesced frames reassembled from RSC fragments
+	rxRSCDropped         ctr // coalesced frames dropped: fragments out of order, of another id, too long, incomplete
 	txWakeups, rxWakeups ctr
 	idleSleeps           ctr
 	// under outMu
@@ -86,6 +88,10 @@ type QueueStats struct {
 	// until a later RxBurst copied them: the host's buffer fills and it
 	// drops, instead of the guest dropping frames it took.
 	RxHeld uint64
+	// RxRSCFrames and RxRSCDropped: coalesced frames reassembled from the
+	// host's RSC fragments, and dropped for a fragment sequence that
+	// broke the rules (Config.RSC).
+	RxRSCFrames, RxRSCDropped uint64
 	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
 	// asleep on the interrupt fd (hybrid: both; poll: only the first).
 	PollSeconds, SleepSeconds float64
@@ -107,6 +113,7 @@ func (q *Queue) stats() QueueStats {
 		RxCompSent: c.rxCompSent.load(), RxPPIErrors: c.rxPPIErrors.load(), TxVLANMoved: c.txVLANMoved.load(),
 		StopQueue: c.stopQueue.load(), TxDropOversize: c.txDropOversize.load(),
 		TxLSO: c.txLSO.load(), RxHeld: c.rxHeld.load(),
+		RxRSCFrames: c.rxRSCFrames.load(), RxRSCDropped: c.rxRSCDropped.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
 		Channel: q.ch.Stats(),
 	}
@@ -183,6 +190,8 @@ func (s *Stats) Ethtool() []Named {
 			Named{fmt.Sprintf("tx_queue_%d_drop_oversize", n), q.TxDropOversize},
 			Named{fmt.Sprintf("rx_queue_%d_too_big", n), q.RxTooBig},
 			Named{fmt.Sprintf("rx_queue_%d_held", n), q.RxHeld},
+			Named{fmt.Sprintf("rx_queue_%d_rsc_frames", n), q.RxRSCFrames},
+			Named{fmt.Sprintf("rx_queue_%d_rsc_dropped", n), q.RxRSCDropped},
 			Named{fmt.Sprintf("rx_queue_%d_signals", n), q.Channel.RxSignals},
 			Named{fmt.Sprintf("tx_queue_%d_signals", n), q.Channel.TxSignals},
 			Named{fmt.Sprintf("queue_%d_wakeups", n), q.Channel.Wakeups},

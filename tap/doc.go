@@ -22,5 +22,8 @@
 // here; a UDP super-frame is cut here (LSOv2 is TCP only). The other way,
 // the in-order TCP segments of a flow in a burst from the NIC are
 // coalesced into one super-frame (gro.go), and checksums the host verified
-// reach the kernel as verified.
+// reach the kernel as verified. A frame the NIC already coalesced (its
+// receive segment coalescing: Meta.MSS set with a verified checksum) is
+// written as one GSO super-frame with that MSS; a TAP without a
+// virtio-net header gets it cut into MSS-sized frames.
 package tap

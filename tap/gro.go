@@ -171,6 +171,15 @@ func (g *gro) burst(pkts []*frame.Packet, write func(w *groWrite)) {
 	for i, p := range pkts {
 		s.parse(p)
 		r := g.find(&s.flow, s.tcpOrUDP)
+		if rxSuperFrame(p) {
+			// Coalesced already (the NIC's RSC): after its flow's run,
+			// as one super-frame of its own.
+			if r != nil {
+				g.flush(r, pkts, write)
+			}
+			g.super(i, pkts, write)
+			continue
+		}
 		if !s.ok {
 			if r != nil {
 				g.flush(r, pkts, write)
@@ -273,6 +282,54 @@ func (g *gro) single(i int, pkts []*frame.Packet, write func(w *groWrite)) {
 			gso.FinishChecksum(f, l, gso.Partial)
 			g.w.hdr = vnetHdr{flags: vnetNeedsCsum, csumStart: uint16(l.L4), csumOff: uint16(l.CsumOffset())}
 		}
+	}
+	g.one[0] = int16(i)
+	g.w.members, g.w.payload = g.one[:], 0
+	write(&g.w)
+}
+
+// rxSuperFrame reports whether a received frame is a TCP super-frame a
+// NIC coalesced (receive segment coalescing): its Meta carries the MSS
+// of the segments it stands for, derived from the NIC's MTU, and the
+// checksum the NIC verified; it is no transmit request (MetaTxLSO).
+func rxSuperFrame(p *frame.Packet) bool {
+	m := &p.Meta
+	return m.MSS != 0 && m.Flags&frame.MetaRxL4ChecksumOK != 0 && m.Flags&(frame.MetaTxLSO|frame.MetaVLAN) == 0
+}
+
+// superLayout checks a coalesced frame for writing as one GSO
+// super-frame: TCP, no padding, more than one MSS of payload, within one
+// IP datagram, and for IPv4 a header checksum the NIC verified.
+func superLayout(p *frame.Packet) (gso.Layout, bool) {
+	f := p.Data()
+	l, err := gso.Parse(f)
+	if err != nil || l.Proto != gso.ProtoTCP || l.End != len(f) || l.End-l.Payload <= int(p.Meta.MSS) ||
+		l.Payload-l.L3+int(p.Meta.MSS) > groMaxIP || (!l.V6 && p.Meta.Flags&frame.MetaRxIPChecksumOK == 0) {
+		return l, false
+	}
+	return l, true
+}
+
+// super writes a coalesced frame as one super-frame: GSO TCP with the
+// frame's MSS, its checksum passed on as verified (NEEDS_CSUM with the
+// pseudo-header sum, as flush does); a frame that does not qualify goes
+// as single does.
+func (g *gro) super(i int, pkts []*frame.Packet, write func(w *groWrite)) {
+	p := pkts[i]
+	l, ok := superLayout(p)
+	if !ok {
+		g.single(i, pkts, write)
+		return
+	}
+	f := p.Data()
+	gso.FinishChecksum(f, l, gso.Partial)
+	g.w.hdr = vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(l.Payload),
+		gsoSize: p.Meta.MSS, csumStart: uint16(l.L4), csumOff: 16}
+	if l.V6 {
+		g.w.hdr.gsoType = vnetGSOTCPv6
+	}
+	if f[l.L4+13]&gso.FlagCWR != 0 {
+		g.w.hdr.gsoType |= vnetGSOECN
 	}
 	g.one[0] = int16(i)
 	g.w.members, g.w.payload = g.one[:], 0

@@ -248,3 +248,49 @@ func BenchmarkGRO(b *testing.B) {
 		g.burst(pkts, write)
 	}
 }
+
+// TestGROWritesCoalescedFramesAsSuperFrames: a frame the NIC already
+// coalesced (Meta.MSS with the checksum verified) goes to the kernel as
+// one GSO super-frame with that MSS, after the segments of its flow
+// before it; one that does not qualify (no more than one MSS of payload,
+// an unverified IPv4 header) goes as an ordinary frame.
+func TestGROWritesCoalescedFramesAsSuperFrames(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		pool := testPool(t, 8, 70000)
+		l4 := 34 + boolInt(v6)*20
+		before := buildTCP(tcpSpec{v6: v6, sport: 40000, seq: 1000, ack: 9, flags: 0x10, opts: tsOp, payload: 1448})
+		big := buildTCP(tcpSpec{v6: v6, sport: 40000, seq: 2448, ack: 9, flags: 0x98, opts: tsOp, payload: 40000, fill: 3})
+		small := buildTCP(tcpSpec{v6: v6, sport: 40001, seq: 5, ack: 9, flags: 0x10, opts: tsOp, payload: 1000})
+		pkts := received(t, pool, before, big, small)
+		for _, p := range pkts[1:] {
+			p.Meta.MSS = 1448
+		}
+		w := runGRO(pkts)
+		if len(w) != 3 || !bytes.Equal(complete(w[0]), before) {
+			t.Fatalf("v6 %v: %d writes, or the flow's earlier segment not first", v6, len(w))
+		}
+		h := w[1].hdr
+		wantType := uint8(vnetGSOTCPv4 | vnetGSOECN) // CWR set
+		if v6 {
+			wantType = vnetGSOTCPv6 | vnetGSOECN
+		}
+		if h.flags != vnetNeedsCsum || h.gsoType != wantType || h.gsoSize != 1448 || int(h.csumStart) != l4 || h.csumOff != 16 || int(h.hdrLen) != l4+32 {
+			t.Fatalf("v6 %v: header %+v", v6, h)
+		}
+		if f := complete(w[1]); !tcpValid(f, v6) || !bytes.Equal(f, big) {
+			t.Fatalf("v6 %v: super-frame changed or its checksum invalid", v6)
+		}
+		if w[2].hdr.gsoType != vnetGSONone || !bytes.Equal(complete(w[2]), small) {
+			t.Fatalf("v6 %v: a coalesced frame of one MSS went as %+v", v6, w[2].hdr)
+		}
+		frame.PutBurst(pkts)
+	}
+	// An IPv4 header the NIC did not verify is not vouched for.
+	pool := testPool(t, 2, 70000)
+	pkts := received(t, pool, buildTCP(tcpSpec{sport: 1, seq: 1, ack: 9, flags: 0x10, payload: 5000}))
+	pkts[0].Meta.MSS, pkts[0].Meta.Flags = 1460, frame.MetaRxL4ChecksumOK
+	if w := runGRO(pkts); len(w) != 1 || w[0].hdr.gsoType != vnetGSONone {
+		t.Fatalf("unverified IPv4 header: %+v", w)
+	}
+	frame.PutBurst(pkts)
+}

@@ -48,6 +48,9 @@ type Queue struct {
 	iov     [groMaxSegs]unix.Iovec
 	writeFn func(w *groWrite) // bound once
 	wpkts   []*frame.Packet   // the burst being written
+	cut     []byte            // one segment of a coalesced frame cut for a TAP without a virtio-net header
+	cutN    int               // its length, not yet written
+	cutFn   func(n int) []byte
 	// RxFrames, RxBytes: frames read from the kernel (a super-frame
 	// counts once); RxSplit: UDP super-frames cut into datagrams here.
 	RxFrames, RxBytes, RxNoBuf atomic.Uint64
@@ -318,6 +321,10 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 		q.TxDrops.Add(uint64(len(pkts)))
 	case !q.d.vnet:
 		for _, p := range pkts {
+			if rxSuperFrame(p) {
+				q.writeCut(p)
+				continue
+			}
 			q.write(p.Data(), 1)
 		}
 	default:
@@ -363,6 +370,39 @@ func (q *Queue) writeOne(w *groWrite) {
 func (q *Queue) setIov(k int, b []byte) {
 	q.iov[k].Base = &b[0]
 	q.iov[k].SetLen(len(b))
+}
+
+// writeCut writes a coalesced frame to a TAP without a virtio-net
+// header, which takes nothing larger than the MTU: cut into MSS-sized
+// segments with complete checksums, one write each.
+func (q *Queue) writeCut(p *frame.Packet) {
+	l, ok := superLayout(p)
+	if !ok {
+		q.write(p.Data(), 1)
+		return
+	}
+	if q.cutFn == nil {
+		q.cut = make([]byte, 0, 64<<10)
+		q.cutFn = func(n int) []byte {
+			if q.cutN > 0 {
+				q.write(q.cut[:q.cutN], 1)
+			}
+			if n > cap(q.cut) {
+				q.cutN = 0
+				return nil
+			}
+			q.cutN = n
+			return q.cut[:n]
+		}
+	}
+	q.cutN = 0
+	if _, err := gso.Split(p.Data(), l, int(p.Meta.MSS), 1, gso.Full, q.cutFn); err != nil {
+		q.TxDrops.Add(1)
+	}
+	if q.cutN > 0 {
+		q.write(q.cut[:q.cutN], 1)
+		q.cutN = 0
+	}
 }
 
 // write writes one frame (frames of it: for the counters).

@@ -50,6 +50,7 @@ var (
 	reps      = flag.Int("reps", 3, "repetitions per sweep point (the median is reported)")
 	gso       = flag.Bool("gso", false, "tapveth: same as -offloads=true (kept for older scripts)")
 	offl      = flag.Bool("offloads", true, "tapveth: virtio-net headers with checksum and segmentation offloads on the guest's TAP and the host's TAP port")
+	rscOn     = flag.Bool("rsc", true, "tapveth: with offloads, ask the host for receive segment coalescing (netvsc.Config.RSC)")
 	gpaPool   = flag.Bool("gpa", false, "tapveth: give the guest NIC a GPA pool in the simulated guest memory, so large sends go GPA-direct")
 	verbose   = flag.Bool("v", false, "tapveth: print drop counters of every layer to stderr after each point")
 	tcpTool   = flag.String("tcp", "auto", "tapveth: TCP load: iperf3, go (in-process sockets), or auto (iperf3 when installed)")
@@ -606,7 +607,8 @@ func testTapVeth() error {
 			fmt.Fprintf(os.Stderr, "host: %v\n", st)
 		}
 	}()
-	cfg := netvsc.Config{Queues: 2, Mode: modeList()[0], MonitorLatency: *monLat, RxStage: *rxStage, PoolPackets: 2 * *rxStage}
+	cfg := netvsc.Config{Queues: 2, Mode: modeList()[0], MonitorLatency: *monLat, RxStage: *rxStage, PoolPackets: 2 * *rxStage,
+		RSC: offloads && *rscOn}
 	if *gpaPool {
 		g, err := netvsc.OpenSimGPAPool(h.root, 0, 64<<20)
 		if err != nil {
@@ -678,7 +680,7 @@ func testTapVeth() error {
 			if *verbose && p.path == "vmbusd-tap" {
 				printDrops(n, dev, hns, gns)
 			}
-			emit(map[string]any{"test": "tapveth", "path": p.path, "mode": modeList()[0].String(), "gso": offloads, "offloads": offloads,
+			emit(map[string]any{"test": "tapveth", "path": p.path, "mode": modeList()[0].String(), "gso": offloads, "offloads": offloads, "rsc": n.RSC() && p.path == "vmbusd-tap",
 				"gpa": *gpaPool, "tool": tool, "conns": conns, "gbps": r.gbps, "gbps_rev": r.gbpsRev, "retrans": r.retrans,
 				"rr_us": r.rrUS, "ping_us": pingRTT(gns, p.srv),
 				"netbench_cpu": (c1 - c0) / el.Seconds(), "host_cpu": (hc1 - hc0) / el.Seconds()},

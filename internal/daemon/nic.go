@@ -606,6 +606,9 @@ func (r *nicRunner) incarnation(ctx context.Context) error {
 	defer func() { releasePool() }()
 	ncfg := r.cfg.Netvsc()
 	ncfg.GPAPool, ncfg.Logger = pool, r.devLog
+	// A TAP with a virtio-net header takes the host's coalesced TCP
+	// frames whole (one GSO write each): ask for RSC.
+	ncfg.RSC = r.cfg.Attach == config.AttachTAP
 	nic, err := netvsc.Open(ctx, dev, ncfg)
 	if errors.Is(err, netvsc.ErrGPAPoolStale) {
 		// The host that reads the pool's memory is not the one that

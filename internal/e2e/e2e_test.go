@@ -92,6 +92,7 @@ func newRig(t *testing.T, nc sim.NICConfig, queues int, veth bool) *rig {
 // and LSO offloads), and a GPA pool for the guest NIC.
 type rigOptions struct {
 	noTAPOffloads, noHostOffloads, noNICOffloads, gpa bool
+	rsc                                               bool // netvsc.Config.RSC
 }
 
 func newRigWith(t *testing.T, nc sim.NICConfig, queues int, veth bool, o rigOptions) *rig {
@@ -132,7 +133,7 @@ func (r *rig) open(t *testing.T, queues int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := netvsc.Config{Queues: queues, Mode: rigMode, ControlTimeout: 10 * time.Second, SubchannelTimeout: time.Second,
-		NoOffloads: r.opts.noNICOffloads}
+		NoOffloads: r.opts.noNICOffloads, RSC: r.opts.rsc}
 	if r.opts.gpa {
 		g, err := netvsc.OpenSimGPAPool(r.host.Root(), 0, 64<<20)
 		if err != nil {
@@ -331,6 +332,8 @@ func TestTCPTransferOffloads(t *testing.T) {
 		{"gpa", rigOptions{gpa: true}},
 		{"host-grants-none", rigOptions{noNICOffloads: true}},
 		{"plain-taps", rigOptions{noTAPOffloads: true, noHostOffloads: true}},
+		{"rsc", rigOptions{rsc: true}},
+		{"rsc-plain-guest-tap", rigOptions{rsc: true, noTAPOffloads: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRigWith(t, sim.NICConfig{MaxQueues: 2}, 2, false, c.o)
@@ -348,6 +351,8 @@ func TestTCPTransferOffloads(t *testing.T) {
 				st.TxLSO += q.TxLSO
 				st.TxGPA += q.TxGPA
 				st.TxSegments += q.TxSegments
+				st.RxRSCFrames += q.RxRSCFrames
+				st.RxRSCDropped += q.RxRSCDropped
 			}
 			var coalesced, superFrames uint64
 			for _, q := range r.dev.Queues() {
@@ -372,6 +377,13 @@ func TestTCPTransferOffloads(t *testing.T) {
 			case "host-grants-none":
 				if st.TxLSO != 0 || st.TxSegments == 0 {
 					t.Errorf("large sends %d, segments %d: want the guest to cut", st.TxLSO, st.TxSegments)
+				}
+			case "rsc", "rsc-plain-guest-tap":
+				// Host to guest, the host's TAP port hands its super-frames
+				// whole and the host coalesces them; the guest's TAP takes
+				// them as GSO writes, or cut when it has no vnet header.
+				if !r.nic.RSC() || st.RxRSCFrames == 0 || hs.RxCoalesced == 0 || st.RxRSCDropped != 0 {
+					t.Errorf("RSC %v: coalesced frames %d (host %d), dropped %d", r.nic.RSC(), st.RxRSCFrames, hs.RxCoalesced, st.RxRSCDropped)
 				}
 			case "plain-taps":
 				if st.TxLSO != 0 || coalesced != 0 || r.dev.Offloads() != 0 {

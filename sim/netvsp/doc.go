@@ -22,7 +22,11 @@
 // filter is set; a transfer-page id is reused only after the guest
 // completed it (§2.6); sub-channel grants as configured (§2.8); receive
 // metadata as Windows sends it (checksum, VLAN and hash per-packet info,
-// §3.4); guest sends checked as Windows does (an in-frame 802.1Q tag
+// §3.4), and TCP super-frames from a port that reads them (a kernel TAP)
+// coalesced into RSC fragments for a guest that enabled RSC over VMBus
+// exactly as §3.4 allows (NVSP 6.1, the capability, the offload
+// parameter), cut into MTU-sized frames for any other (netvsp_rsc.go);
+// guest sends checked as Windows does (an in-frame 802.1Q tag
 // dropped, LSO offsets, MSS and size checked, §2.7). Anything out of order,
 // on the wrong channel or malformed is a counted violation
 // (bus.Host.Violations), never a crash.

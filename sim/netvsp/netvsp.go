@@ -192,7 +192,8 @@ type NIC struct {
 	ctlDelay atomic.Int64 // ControlDelay, changed by SetControlDelay
 	port     atomic.Pointer[vswitch.Port]
 	sess     atomic.Pointer[nicSession]
-	vf       *VF // the VF stand-in, or nil
+	vf       *VF       // the VF stand-in, or nil
+	cuts     sync.Pool // *cutBuf: scratch for cutting super-frames (DeliverOffload)
 
 	linkMu    sync.Mutex
 	linkUp    bool // what the host reports (OID_GEN_MEDIA_CONNECT_STATUS)
@@ -564,6 +565,7 @@ type nicCounters struct {
 	txDropped, txErrors, txNoPort                         atomic.Uint64
 	rxPackets, rxBytes, rxTransfers, rxDropped, rxNoGuest atomic.Uint64
 	rxFiltered, rxTooBig                                  atomic.Uint64
+	rxCoalesced, rxCut                                    atomic.Uint64
 	control, indications, linkChanges                     atomic.Uint64
 	missedWakeups                                         atomic.Uint64
 	mu                                                    sync.Mutex
@@ -584,6 +586,9 @@ type NICStats struct {
 	// a guest, refused by the packet filter, or too big for the MTU.
 	RxPackets, RxBytes, RxTransfers, RxDropped, RxNoGuest uint64
 	RxFiltered, RxTooBig                                  uint64
+	// TCP super-frames from the port delivered coalesced (RSC) and cut
+	// into MTU-sized frames for a guest without RSC.
+	RxCoalesced, RxCut uint64
 	// RNDIS control messages answered, indications sent, link changes.
 	Control, Indications, LinkChanges uint64
 	// MissedWakeups counts waits that found work only on their timeout:
@@ -597,6 +602,7 @@ type NICStats struct {
 	Channels                 int // channels open in the current session
 	LinkUp                   bool
 	DataPathVF               bool
+	RSCIPv4, RSCIPv6         bool // the host coalesces TCP for the guest (RSC over VMBus)
 	// VF is the VF path's counters and state (with NICConfig.VFStandIn).
 	VF VFStats
 	// PerChannel has one entry per channel index (0 = primary) ever used.
@@ -623,7 +629,7 @@ func (n *NIC) Stats() NICStats {
 		TxDropped: s.txDropped.Load(), TxErrors: s.txErrors.Load(), TxNoPort: s.txNoPort.Load(),
 		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(), RxTransfers: s.rxTransfers.Load(),
 		RxDropped: s.rxDropped.Load(), RxNoGuest: s.rxNoGuest.Load(), RxFiltered: s.rxFiltered.Load(),
-		RxTooBig: s.rxTooBig.Load(), Control: s.control.Load(), Indications: s.indications.Load(),
+		RxTooBig: s.rxTooBig.Load(), RxCoalesced: s.rxCoalesced.Load(), RxCut: s.rxCut.Load(), Control: s.control.Load(), Indications: s.indications.Load(),
 		LinkChanges: s.linkChanges.Load(), MissedWakeups: s.missedWakeups.Load(),
 		LinkUp: n.LinkUp(),
 	}
@@ -637,6 +643,7 @@ func (n *NIC) Stats() NICStats {
 		cfg := ss.cfg.Load()
 		st.NVSPVersion, st.NDISVersion, st.MTU = cfg.version, cfg.ndisVersion, cfg.mtu
 		st.PacketFilter, st.RSS, st.DataPathVF = cfg.filter, cfg.rss != nil, cfg.dataPathVF
+		st.RSCIPv4, st.RSCIPv6 = cfg.rscOn(false), cfg.rscOn(true)
 		chans := ss.channels()
 		st.Channels = len(chans)
 		for _, c := range chans {

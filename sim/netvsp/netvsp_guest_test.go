@@ -275,6 +275,12 @@ func (g *tguest) request(msg []byte) []byte {
 // handshake runs the DPDK order up to the RNDIS INITIALIZE completion.
 func (g *tguest) handshake(version uint32) {
 	g.t.Helper()
+	g.handshakeCaps(version, 0)
+}
+
+// handshakeCaps is handshake with extra NDIS_CONFIG capabilities.
+func (g *tguest) handshakeCaps(version uint32, extra uint64) {
+	g.t.Helper()
 	var ic nvsp.InitComplete
 	if err := ic.Unmarshal(g.request(nvsp.Init{MinVersion: version, MaxVersion: version}.Marshal(nil))); err != nil || ic.Status != nvsp.StatusSuccess {
 		g.t.Fatalf("INIT %#x: %v %v", version, err, ic.Status)
@@ -284,6 +290,7 @@ func (g *tguest) handshake(version uint32) {
 	if version >= nvsp.Version5 {
 		caps |= nvsp.NDISConfigCapSRIOV
 	}
+	caps |= extra
 	if version >= nvsp.Version2 {
 		g.nvsp(nvsp.NDISConfig{MTU: 1514, Capabilities: caps}.Marshal(nil), false)
 	}

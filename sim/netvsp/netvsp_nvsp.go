@@ -403,7 +403,7 @@ func (ss *nicSession) injectSetupFrames(ch *nicChan) {
 	copy(f[6:12], []byte{0x02, 0, 0, 0, 0, 0x99})
 	be.PutUint16(f[12:], 0x88b5) // local experimental ethertype
 	for range 4 {
-		ch.rxq.push(f, 0, 0)
+		ch.rxq.push(f, 0, 0, false, 1)
 	}
 	ch.deliver()
 }

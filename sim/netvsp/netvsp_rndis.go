@@ -265,7 +265,18 @@ func (ss *nicSession) offload(current bool, asked rndis.NDISObjectHeader) rndis.
 			IPv6Options: rndis.NDISLSOv2CapIP6Ext | rndis.NDISLSOv2CapTCP6Opt,
 		},
 	}
+	if h.Revision >= rndis.NDISOffloadRevision3 {
+		// RSC over VMBus, for TCP over IPv4 and IPv6 (the field exists
+		// from revision 3, NDIS 6.30).
+		o.RSCIPv4, o.RSCIPv6 = 1, 1
+	}
 	if current {
+		if !cfg.rscOn(false) {
+			o.RSCIPv4 = 0
+		}
+		if !cfg.rscOn(true) {
+			o.RSCIPv6 = 0
+		}
 		if !cfg.lso4 {
 			o.LSOv2.IPv4Encapsulation, o.LSOv2.IPv4MaxSize, o.LSOv2.IPv4MinSegments = 0, 0, 0
 		}
@@ -312,7 +323,11 @@ func (ss *nicSession) set(ch *nicChan, oid rndis.OID, in []byte) rndis.Status {
 			}
 			return was
 		}
-		ss.publish(func(c *sessCfg) { c.lso4, c.lso6 = lso(p.LSOv2IPv4, c.lso4), lso(p.LSOv2IPv6, c.lso6) })
+		ss.publish(func(c *sessCfg) {
+			c.lso4, c.lso6 = lso(p.LSOv2IPv4, c.lso4), lso(p.LSOv2IPv6, c.lso6)
+			// A revision 1 or 2 object has no RSC fields: they read 0, no change.
+			c.rsc4, c.rsc6 = lso(p.RSCIPv4, c.rsc4), lso(p.RSCIPv6, c.rsc6)
+		})
 		// openvmm reports the new configuration with an indication.
 		cur := ss.offload(true, rndis.OffloadQueryHeader(cfg.version))
 		ss.indicate(rndis.IndicateStatus{Status: rndis.StatusTaskOffloadCurrentConfig, Buf: cur.Marshal(nil)})

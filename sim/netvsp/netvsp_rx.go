@@ -29,31 +29,75 @@ import (
 // any goroutine pushes, the channel's loop (one goroutine) consumes. Slots
 // keep their buffers, so a warm queue does not allocate. Make it with
 // newFrameQueue.
+//
+// The bound is in wire frames: a TCP super-frame queued whole for a guest
+// with RSC counts as the segments it stands for, so that the queue holds
+// as much data (and delay) as with MTU-sized frames; it goes into one of
+// a few 64 KiB buffers kept for them (superBufs), not into a slot's own.
 type frameQueue struct {
 	mu         sync.Mutex
 	slots      []rxSlot
 	head, tail uint64
+	weight     int // wire frames queued
 	count      atomic.Int64
+	bigFree    [][]byte // super-frame buffers not in use
+	bigMade    int
 }
 
 type rxSlot struct {
-	buf  []byte
-	hash uint32
-	typ  rndis.HashInfo // 0: no hash
+	buf    []byte
+	big    []byte // the super-frame's buffer when rsc
+	hash   uint32
+	typ    rndis.HashInfo // 0: no hash
+	rsc    bool           // a TCP super-frame the guest takes coalesced (RSC fragments)
+	weight int
 }
+
+// frame returns the slot's frame.
+func (s *rxSlot) frame() []byte {
+	if s.rsc {
+		return s.big
+	}
+	return s.buf
+}
+
+// superBufs bounds a queue's 64 KiB super-frame buffers.
+const (
+	superBufs    = 64
+	superBufSize = 65536 + 128
+)
 
 func newFrameQueue(n int) frameQueue { return frameQueue{slots: make([]rxSlot, n)} }
 
-// push copies f into the queue; false when the queue is full.
-func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo) bool {
+// push copies f into the queue, counting weight wire frames; false when
+// the queue is full (or, for a super-frame, out of super-frame buffers).
+func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo, rsc bool, weight int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.tail-q.head == uint64(len(q.slots)) {
+	if q.tail-q.head == uint64(len(q.slots)) || q.weight+weight > len(q.slots) {
 		return false
 	}
 	s := &q.slots[q.tail%uint64(len(q.slots))]
-	s.buf = append(s.buf[:0], f...)
-	s.hash, s.typ = hash, typ
+	if rsc {
+		var b []byte
+		switch {
+		case len(f) > superBufSize:
+			return false
+		case len(q.bigFree) > 0:
+			b = q.bigFree[len(q.bigFree)-1]
+			q.bigFree = q.bigFree[:len(q.bigFree)-1]
+		case q.bigMade < superBufs:
+			b = make([]byte, 0, superBufSize)
+			q.bigMade++
+		default:
+			return false
+		}
+		s.big = append(b[:0], f...)
+	} else {
+		s.buf = append(s.buf[:0], f...)
+	}
+	s.hash, s.typ, s.rsc, s.weight = hash, typ, rsc, weight
+	q.weight += weight
 	q.tail++
 	q.count.Store(int64(q.tail - q.head))
 	return true
@@ -74,17 +118,28 @@ func (q *frameQueue) at(i uint64) *rxSlot { return &q.slots[i%uint64(len(q.slots
 // release drops the n oldest frames.
 func (q *frameQueue) release(n uint64) {
 	q.mu.Lock()
-	q.head += n
-	q.count.Store(int64(q.tail - q.head))
+	q.dropLocked(n)
 	q.mu.Unlock()
+}
+
+func (q *frameQueue) dropLocked(n uint64) {
+	for range n {
+		s := q.at(q.head)
+		if s.rsc {
+			q.bigFree = append(q.bigFree, s.big)
+			s.big, s.rsc = nil, false
+		}
+		q.weight -= s.weight
+		q.head++
+	}
+	q.count.Store(int64(q.tail - q.head))
 }
 
 // drain drops everything queued and returns how many frames that was.
 func (q *frameQueue) drain() uint64 {
 	q.mu.Lock()
 	n := q.tail - q.head
-	q.head = q.tail
-	q.count.Store(0)
+	q.dropLocked(n)
 	q.mu.Unlock()
 	return n
 }
@@ -227,16 +282,19 @@ func (ch *nicChan) deliver() bool {
 	msgSize := ss.msgSize()
 	progress := false
 	head, tail := q.span()
+	limit := nvsp.MaxPacketsPerReceive
+	if cfg.rscOn(false) || cfg.rscOn(true) {
+		limit = nvsp.RSCMax
+	}
 	for head < tail {
-		m := min(int(tail-head), nvsp.MaxPacketsPerReceive)
 		free := ch.c.Out().Free() - respReserve
 		fixed := vmbus.PacketSize(8, msgSize)
 		if free <= fixed+8 {
 			ch.blockedOut, ch.needOut = true, fixed+8+respReserve
 			break
 		}
-		m = min(m, (free-fixed)/8-1)
-		n := ch.sendFrames(cfg, head, m, msgSize)
+		ranges := min(limit, (free-fixed)/8-1)
+		n := ch.sendFrames(cfg, head, int(tail-head), ranges, msgSize)
 		if n == 0 {
 			break // out of sub-allocations: wait for completions
 		}
@@ -248,19 +306,40 @@ func (ch *nicChan) deliver() bool {
 }
 
 // sendFrames writes up to m frames from the queue, starting at head, into
-// one run of sub-allocations and sends its transfer-page packet. It
-// returns how many frames went.
-func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
+// one run of sub-allocations, one RNDIS message (range) each, or one per
+// fragment of a coalesced frame, at most maxRanges in all, and sends its
+// transfer-page packet. It returns how many frames went.
+func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize int) int {
 	ss := ch.ss
 	f := &ss.n.faults
 	sub := cfg.subSize
 	ranges := ch.xfer[:8]
 	var start, cur uint32
 	var bytes uint64
-	n := 0
-	for ; n < m; n++ {
+	n, nr := 0, 0
+	for ; n < m && nr < maxRanges; n++ {
 		s := ch.rxq.at(head + uint64(n))
-		fr := s.buf
+		fr := s.frame()
+		if s.rsc {
+			k := rscFragments(len(fr), int(sub), s.typ != 0)
+			if nr+k > maxRanges {
+				break
+			}
+			if n == 0 {
+				var ok bool
+				if start, ok = ch.data.alloc(uint32(k)); !ok {
+					return 0
+				}
+				cur = start
+			} else if !ch.data.grow(start, uint32(k)) {
+				break
+			}
+			ranges = ch.putFragments(ranges, s, int(cur), int(sub))
+			cur += uint32(k)
+			nr += k
+			bytes += uint64(len(fr))
+			continue
+		}
 		var info rndis.PacketInfo
 		if tci, tagged := vswitch.FrameTagged(fr); tagged {
 			ch.vlanBuf = vswitch.StripVLAN(ch.vlanBuf, fr)
@@ -294,6 +373,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 		}
 		ranges = vmbus.AppendTransferRange(ranges, uint32(runLen), roff)
 		cur += k
+		nr++
 		bytes += uint64(len(fr))
 	}
 	if n == 0 {
@@ -303,7 +383,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, msgSize int) int {
 	if f.take(NICFaultXferPageSet) {
 		id ^= 0x0101
 	}
-	vmbus.TransferPageHeader(ranges[:0], id, n)
+	vmbus.TransferPageHeader(ranges[:0], id, nr)
 	t := nvsp.TypeSendRNDISPkt
 	payload := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: nvsp.NoSection}.Marshal(ch.xmsg[:0])
 	if f.take(NICFaultNVSPType) {

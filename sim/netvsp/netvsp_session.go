@@ -59,9 +59,24 @@ type sessCfg struct {
 	filter               uint32
 	rss                  *rssState
 	lso4, lso6           bool
+	rsc4, rsc6           bool // rsc_ip4/rsc_ip6 last set on (effective only with rscOn's conditions)
 	dataPathVF           bool
 	granted              int  // sub-channels granted
 	settingUp            bool // sub-channels requested, not all open yet
+}
+
+// rscOn reports whether the host coalesces TCP over IPv6 (v6) or IPv4
+// for the guest: only at NVSP 6.1 or later, with the RSC capability in
+// the guest's NDIS_CONFIG and RSC on in its offload parameters
+// (docs/protocol/netvsc.md §3.4).
+func (c *sessCfg) rscOn(v6 bool) bool {
+	if c.version < nvsp.Version61 || c.caps&nvsp.NDISConfigCapRSCOverVMBus == 0 {
+		return false
+	}
+	if v6 {
+		return c.rsc6
+	}
+	return c.rsc4
 }
 
 // partition returns queue q's data sub-allocations [lo, hi).
@@ -254,48 +269,62 @@ func (ss *nicSession) nvspMsg(b []byte) []byte {
 // deliver is the vSwitch's side of Uplink.Deliver for this session.
 func (ss *nicSession) deliver(frames [][]byte) int {
 	cfg := ss.cfg.Load()
-	st := &ss.n.st
 	chans := ss.channels()
 	queued := 0
 	for _, f := range frames {
-		if !vswitch.FilterAccepts(cfg.filter, f, ss.n.mac) {
-			st.rxFiltered.Add(1)
-			continue
-		}
-		l := len(f)
-		if _, tagged := vswitch.FrameTagged(f); tagged {
-			l -= vswitch.VLANTagLen
-		}
-		if l > cfg.mtu || l < vswitch.EthHeaderLen {
-			st.rxTooBig.Add(1)
-			continue
-		}
-		q, hash, typ := 0, uint32(0), rndis.HashInfo(0)
-		if r := cfg.rss; r != nil {
-			f2 := f
-			if _, tagged := vswitch.FrameTagged(f); tagged {
-				f2 = vswitch.StripVLAN(nil, f)
-			}
-			if h, t, ok := vswitch.RSSInput(r.key[:], r.types, f2); ok {
-				hash, typ = h, t|rndis.NDISHashFunctionToeplitz
-				q = int(rndis.IndirectionLookup(r.table, h))
-			}
-		}
-		if q >= len(chans) || chans[q] == nil {
-			q = 0 // a channel the guest has not opened: the primary
-		}
-		if chans[q].rxq.push(f, hash, typ) {
+		if ss.enqueue(cfg, chans, f, 0) {
 			queued++
-		} else {
-			st.rxDropped.Add(1)
 		}
 	}
+	ss.pokeAll(chans)
+	return queued
+}
+
+func (ss *nicSession) pokeAll(chans []*nicChan) {
 	for _, c := range chans {
 		if c != nil && c.rxq.pending() {
 			c.poke()
 		}
 	}
-	return queued
+}
+
+// enqueue applies the packet filter, the MTU (unless the frame goes
+// coalesced: a super-frame of segs wire frames, 0 for an ordinary frame)
+// and RSS to one frame and queues it on its channel.
+func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, segs int) bool {
+	coalesced := segs > 0
+	st := &ss.n.st
+	if !vswitch.FilterAccepts(cfg.filter, f, ss.n.mac) {
+		st.rxFiltered.Add(1)
+		return false
+	}
+	l := len(f)
+	if _, tagged := vswitch.FrameTagged(f); tagged {
+		l -= vswitch.VLANTagLen
+	}
+	if (l > cfg.mtu && !coalesced) || l < vswitch.EthHeaderLen {
+		st.rxTooBig.Add(1)
+		return false
+	}
+	q, hash, typ := 0, uint32(0), rndis.HashInfo(0)
+	if r := cfg.rss; r != nil {
+		f2 := f
+		if _, tagged := vswitch.FrameTagged(f); tagged {
+			f2 = vswitch.StripVLAN(nil, f)
+		}
+		if h, t, ok := vswitch.RSSInput(r.key[:], r.types, f2); ok {
+			hash, typ = h, t|rndis.NDISHashFunctionToeplitz
+			q = int(rndis.IndirectionLookup(r.table, h))
+		}
+	}
+	if q >= len(chans) || chans[q] == nil {
+		q = 0 // a channel the guest has not opened: the primary
+	}
+	if chans[q].rxq.push(f, hash, typ, coalesced, max(segs, 1)) {
+		return true
+	}
+	st.rxDropped.Add(1)
+	return false
 }
 
 // nicChan is the host loop of one channel. Its goroutine (runChannel)
@@ -329,12 +358,14 @@ type nicChan struct {
 	// besides) their run's id.
 	aliases map[uint64][]uint32
 
+	rscID uint16 // the packet id of the next coalesced frame
+
 	rxPackets, rxTransfers, txPackets atomic.Uint64
 }
 
 func newNICChan(ss *nicSession, c *bus.Channel, idx int) *nicChan {
 	return &nicChan{ss: ss, c: c, idx: idx, kick: make(chan struct{}, 1), rxq: newFrameQueue(ss.n.cfg.QueueLen),
-		rndis: make([]byte, 0, 64<<10), xfer: make([]byte, 0, 8+8*nvsp.MaxPacketsPerReceive),
+		rndis: make([]byte, 0, 64<<10), xfer: make([]byte, 0, 8+8*nvsp.RSCMax),
 		xmsg: make([]byte, 0, 64), tx: newTxBatch()}
 }
 

@@ -21,6 +21,10 @@ import (
 // is switched to the VF and it is present, unicast frames for the guest go
 // out of the host end; the rest (and everything otherwise) goes to the
 // NetVSP. It returns how many frames were queued or sent.
+// steering reports whether the host steers the guest's frames to the VF
+// now (a super-frame then goes there cut, never coalesced).
+func (v *VF) steering(cfg *sessCfg) bool { return v.steer.Load() != nil && cfg.dataPathVF }
+
 func (v *VF) deliver(ss *nicSession, frames [][]byte) int {
 	sock := v.steer.Load()
 	cfg := ss.cfg.Load()

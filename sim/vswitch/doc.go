@@ -8,7 +8,10 @@
 // so that real tools reach the guest), a traffic generator and sink
 // (Generator), a reflector (Reflector), or a test's own. A port that can
 // finish checksums and cut TCP super-frames on its wire implements
-// OffloadPort and gets the guest's offloads instead of finished frames.
+// OffloadPort and gets the guest's offloads instead of finished frames;
+// in the other direction a port that reads TCP super-frames (the TAP)
+// hands them whole to a NIC that takes them (OffloadUplink), which
+// coalesces them for a guest with RSC or cuts them (CutSuperFrame).
 //
 // The frame work (vswitch_frame.go, vswitch_offload.go), which the NetVSP
 // applies between the guest and the port: 802.1Q tags moved between the

@@ -14,9 +14,11 @@ package vswitch
 // NIC with offloads, as the physical NIC behind a Hyper-V vSwitch is: the
 // kernel accepts the guest's large sends whole and finishes checksums
 // (OffloadPort; TUNSETOFFLOAD makes it hand us 64 KiB TCP super-frames and
-// partial checksums too, which the port cuts into MTU-sized frames with
-// their checksums before the vSwitch sees them, since a guest without RSC
-// takes nothing larger). veth: one end goes into the namespace, the other
+// partial checksums too: a TCP super-frame goes to the vSwitch whole with
+// its offload when the NIC takes them (OffloadUplink), which delivers it
+// coalesced to a guest with RSC and cuts it for any other; UDP
+// super-frames, and TCP ones for an uplink without offloads, the port
+// cuts into MTU-sized frames with their checksums itself). veth: one end goes into the namespace, the other
 // stays in the simulator's own namespace, read and written through an
 // AF_PACKET socket, without offloads. A namespace that does not exist is
 // created (like `ip netns add`) and deleted again by Close. Needs
@@ -75,6 +77,7 @@ type TAP struct {
 	hostEnd   string // veth: the simulator's end
 	createdNS bool
 	up        Uplink
+	oup       OffloadUplink // up, when it takes TCP super-frames whole
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -293,6 +296,7 @@ func (t *TAP) Connect(up Uplink) error {
 		}
 	}
 	t.up = up
+	t.oup, _ = up.(OffloadUplink)
 	t.wg.Add(1)
 	go t.runRead()
 	return nil
@@ -375,6 +379,8 @@ type tapReader struct {
 	slab   []byte
 	pos    int
 	frames [][]byte
+	offs   []FrameOffload // frames[i]'s offload, when super
+	super  bool           // some frame in the batch is a TCP super-frame
 	err    error
 	readFn func(fd uintptr) bool // bound once: no allocation per wait
 }
@@ -397,7 +403,8 @@ func (t *TAP) initIO() error {
 // runRead hands every frame the kernel sends to the guest, until Close.
 func (t *TAP) runRead() {
 	defer t.wg.Done()
-	r := &tapReader{slab: make([]byte, tapSlab), frames: make([][]byte, 0, tapMaxBatch)}
+	r := &tapReader{slab: make([]byte, tapSlab), frames: make([][]byte, 0, tapMaxBatch),
+		offs: make([]FrameOffload, 0, tapMaxBatch)}
 	r.readFn = func(fd uintptr) bool { return t.readBatch(r, int(fd)) }
 	for {
 		if err := t.rc.Read(r.readFn); err != nil || r.err != nil {
@@ -410,10 +417,14 @@ func (t *TAP) runRead() {
 		if len(r.frames) > 0 {
 			t.cfg.Stamps.Stamp(hoptrace.HostTAPRead)
 			t.rx.Add(uint64(len(r.frames)))
-			t.up.Deliver(r.frames)
+			if r.super {
+				t.oup.DeliverOffload(r.frames, r.offs)
+			} else {
+				t.up.Deliver(r.frames)
+			}
 		}
 		clear(r.frames)
-		r.frames, r.pos = r.frames[:0], 0
+		r.frames, r.offs, r.pos, r.super = r.frames[:0], r.offs[:0], 0, false
 	}
 }
 
@@ -468,6 +479,7 @@ func (t *TAP) takeFrame(r *tapReader, b []byte) {
 			return
 		}
 		r.frames = append(r.frames, f)
+		r.offs = append(r.offs, FrameOffload{})
 		r.pos = (end + 7) &^ 7
 		return
 	}
@@ -479,13 +491,24 @@ func (t *TAP) takeFrame(r *tapReader, b []byte) {
 		o := r.slab[r.pos : r.pos+n]
 		r.pos = (r.pos + n + 7) &^ 7
 		r.frames = append(r.frames, o)
+		r.offs = append(r.offs, FrameOffload{})
 		return o
 	}
 	fl := ParseFlow(f)
+	tcp := (gsoType&^vnetGSOECN == vnetGSOTCPv4 && !fl.V6 || gsoType&^vnetGSOECN == vnetGSOTCPv6 && fl.V6) && fl.L4 == IPProtoTCP
 	switch {
 	case gsoSize == 0 || !fl.IP || fl.Frag:
 		t.rxDropped.Add(1)
-	case (gsoType&^vnetGSOECN == vnetGSOTCPv4 && !fl.V6 || gsoType&^vnetGSOECN == vnetGSOTCPv6 && fl.V6) && fl.L4 == IPProtoTCP:
+	case tcp && t.oup != nil:
+		o := FrameOffload{CsumStart: uint16(fl.L4Off), CsumOffset: 16, MSS: uint16(gsoSize), IPv6: fl.V6}
+		if _, ok := CheckSuperFrame(f, o); !ok {
+			t.rxDropped.Add(1)
+			return
+		}
+		r.frames = append(r.frames, f)
+		r.offs = append(r.offs, o)
+		r.super = true
+	case tcp:
 		SegmentLSO(f, fl, gsoSize, add)
 	case gsoType == vnetGSOUDPL4 && fl.L4 == IPProtoUDP:
 		segmentUDP(f, fl, gsoSize, add)
@@ -762,8 +785,9 @@ func (t *TAP) cleanupNS() {
 	}
 }
 
-// Stats returns the frames the kernel sent to the guest (rx, after
-// super-frames were cut), the frames the guest sent into the kernel (tx,
+// Stats returns the frames the kernel sent to the guest (rx, as the port
+// handed them to the vSwitch: a super-frame the port cut counts once per
+// segment, one it handed on whole counts once), the frames the guest sent into the kernel (tx,
 // a large send counting once), and failed writes.
 func (t *TAP) Stats() (rx, tx, txErrors uint64) { return t.rx.Load(), t.tx.Load(), t.txErrors.Load() }
 

@@ -152,3 +152,40 @@ func segmentUDP(f []byte, fl Flow, mss int, add func(n int) []byte) {
 		off += n
 	}
 }
+
+// OffloadUplink is an Uplink that also takes TCP super-frames whole, as
+// a NIC with receive segment coalescing does: the Hyper-V vSwitch hands
+// a guest that enabled RSC over VMBus one coalesced frame where a guest
+// without it gets MTU-sized segments (docs/protocol/netvsc.md §3.4). Whoever
+// delivers a super-frame to a guest that cannot take it cuts it
+// (CutSuperFrame).
+type OffloadUplink interface {
+	Uplink
+	// DeliverOffload is Deliver with each frame's offload metadata:
+	// offs[i] belongs to frames[i]. A frame with an MSS is a TCP
+	// super-frame whose TCP checksum is partial (CsumStart, CsumOffset),
+	// as a kernel TAP's virtio-net header describes it; a frame with the
+	// zero FrameOffload is complete.
+	DeliverOffload(frames [][]byte, offs []FrameOffload) int
+}
+
+// CheckSuperFrame reports whether f with offload o is a TCP super-frame a
+// receiver can take whole or cut: an untagged, unfragmented IPv4 or IPv6
+// TCP frame of the family o names, whose transport header starts at
+// CsumStart with the checksum at offset 16, whose IP datagram is at most
+// 64 KiB (plus the IPv6 header).
+func CheckSuperFrame(f []byte, o FrameOffload) (Flow, bool) {
+	fl := ParseFlow(f)
+	if o.MSS == 0 || !fl.IP || fl.Frag || fl.L4 != IPProtoTCP || fl.V6 != o.IPv6 ||
+		int(o.CsumStart) != fl.L4Off || o.CsumOffset != 16 || fl.L4End != len(f) {
+		return fl, false
+	}
+	return fl, len(f)-fl.L3 <= 0xffff+ipv6Header
+}
+
+// CutSuperFrame cuts a TCP super-frame that CheckSuperFrame accepted
+// into MSS-sized segments with complete checksums, appending each via
+// add (nil stops it).
+func CutSuperFrame(f []byte, fl Flow, o FrameOffload, add func(n int) []byte) {
+	SegmentLSO(f, fl, int(o.MSS), add)
+}
