@@ -132,6 +132,8 @@ type QueueStats struct {
 	TxBytes        uint64       `json:"tx_bytes"`
 	RxNoMemory     uint64       `json:"rx_no_memory"`
 	RxHeld         uint64       `json:"rx_held"`
+	RxRSCFrames    uint64       `json:"rx_rsc_frames"`
+	RxRSCDropped   uint64       `json:"rx_rsc_dropped"`
 	RxTooBig       uint64       `json:"rx_too_big"`
 	RxCompBusy     uint64       `json:"rx_comp_busy"`
 	RxCompSent     uint64       `json:"rx_comp_sent"`
@@ -294,7 +296,7 @@ func violationCounts(v map[string]uint64) map[string]uint64 {
 func queueStats(q netvsc.QueueStats) QueueStats {
 	c := q.Channel
 	return QueueStats{Queue: q.Queue, RxPackets: q.RxPackets, RxBytes: q.RxBytes, TxPackets: q.TxPackets, TxBytes: q.TxBytes,
-		RxNoMemory: q.RxNoMemory, RxHeld: q.RxHeld, RxTooBig: q.RxTooBig, RxCompBusy: q.RxCompBusy, RxCompSent: q.RxCompSent,
+		RxNoMemory: q.RxNoMemory, RxHeld: q.RxHeld, RxRSCFrames: q.RxRSCFrames, RxRSCDropped: q.RxRSCDropped, RxTooBig: q.RxTooBig, RxCompBusy: q.RxCompBusy, RxCompSent: q.RxCompSent,
 		RxXfers: q.RxXfers, RxPPIErrors: q.RxPPIErrors, TxSendFull: q.TxSendFull, TxBusy: q.TxBusy,
 		TxNoSpace: q.TxNoSpace, TxTooBig: q.TxTooBig, TxDropOversize: q.TxDropOversize, TxCopied: q.TxCopied,
 		TxGPA: q.TxGPA, TxSegmented: q.TxSegmented, TxSegments: q.TxSegments, TxLSO: q.TxLSO,

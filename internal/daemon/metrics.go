@@ -52,7 +52,8 @@ var (
 	mTxPackets   = newDesc("vmbusd_netvsc_transmit_packets_total", "Frames the host confirmed sending.", prometheus.CounterValue, qLabels...)
 	mTxBytes     = newDesc("vmbusd_netvsc_transmit_bytes_total", "Bytes of frames the host confirmed sending.", prometheus.CounterValue, qLabels...)
 	mRxHeld      = newDesc("vmbusd_netvsc_receive_held_total", "Received frames held in the host's receive buffer (completion deferred) because the pool or staging was full.", prometheus.CounterValue, qLabels...)
-	mRxDropped   = newDesc("vmbusd_netvsc_receive_dropped_total", "Received frames dropped: no buffer (rx_no_memory) or too large.", prometheus.CounterValue, qLabels...)
+	mRxDropped   = newDesc("vmbusd_netvsc_receive_dropped_total", "Received frames dropped: no buffer (rx_no_memory), too large, or a coalesced frame whose fragments broke the rules (rx_rsc_dropped).", prometheus.CounterValue, qLabels...)
+	mRxRSC       = newDesc("vmbusd_netvsc_receive_coalesced_total", "Coalesced frames reassembled from the host's RSC fragments (rx_rsc_frames).", prometheus.CounterValue, qLabels...)
 	mTxDropped   = newDesc("vmbusd_netvsc_transmit_dropped_total", "Frames that could be neither sent nor segmented (tx_too_big).", prometheus.CounterValue, qLabels...)
 	mTxPath      = newDesc("vmbusd_netvsc_transmit_path_total", "Frames sent by path: copy (into a send section), gpa (GPA-direct), segment (cut in software).", prometheus.CounterValue, "device", "queue", "path")
 	mTxSendFull  = newDesc("vmbusd_netvsc_transmit_send_full_total", "No free send section (Linux tx_send_full).", prometheus.CounterValue, qLabels...)
@@ -101,7 +102,7 @@ var (
 )
 
 var allDescs = []metricDesc{mBuildInfo, mNICInfo, mNICUp, mNICFailed, mLinkUp, mLinkSpeed, mQueues, mResets, mRescinds,
-	mViolations, mInterrupts, mRxPackets, mRxBytes, mTxPackets, mTxBytes, mRxDropped, mRxHeld, mTxDropped, mTxPath,
+	mViolations, mInterrupts, mRxPackets, mRxBytes, mTxPackets, mTxBytes, mRxDropped, mRxRSC, mRxHeld, mTxDropped, mTxPath,
 	mTxSendFull, mTxBusy, mRxCompBusy, mSignals, mWakeups, mMissed, mPollSeconds, mSleepSecs, mRingUsed,
 	mRingSize, mTxOversize, mSharedWake, mCtlFailures, mPathRxPkts, mPathRxBytes, mPathTxPkts, mPathTxBytes,
 	mPathTxDrop, mPathSeconds, mPathSwitch, mVFState, mVFInfo, mVFAttempts, mVFFailures,
@@ -182,7 +183,8 @@ func (c *collector) collectNIC(ch chan<- prometheus.Metric, r *nicRunner) {
 		emit(ch, mRxBytes, float64(q.RxBytes), dev, qs)
 		emit(ch, mTxPackets, float64(q.TxPackets), dev, qs)
 		emit(ch, mTxBytes, float64(q.TxBytes), dev, qs)
-		emit(ch, mRxDropped, float64(q.RxNoMemory+q.RxTooBig), dev, qs)
+		emit(ch, mRxDropped, float64(q.RxNoMemory+q.RxTooBig+q.RxRSCDropped), dev, qs)
+		emit(ch, mRxRSC, float64(q.RxRSCFrames), dev, qs)
 		emit(ch, mRxHeld, float64(q.RxHeld), dev, qs)
 		emit(ch, mTxDropped, float64(q.TxTooBig), dev, qs)
 		emit(ch, mTxPath, float64(q.TxCopied), dev, qs, "copy")

@@ -953,6 +953,8 @@ func addQueueStats(a, b netvsc.QueueStats) netvsc.QueueStats {
 	a.TxBytes += b.TxBytes
 	a.RxNoMemory += b.RxNoMemory
 	a.RxHeld += b.RxHeld
+	a.RxRSCFrames += b.RxRSCFrames
+	a.RxRSCDropped += b.RxRSCDropped
 	a.RxTooBig += b.RxTooBig
 	a.RxCompBusy += b.RxCompBusy
 	a.TxSendFull += b.TxSendFull
