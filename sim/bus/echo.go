@@ -45,7 +45,7 @@ func (Echo) Serve(ctx context.Context, s *Session) error {
 			offers[i] = SubchannelOffer{Delay: time.Duration(delayMS) * time.Millisecond * time.Duration(i+1),
 				NeverOpens: uint32(i) >= count-never}
 		}
-		ch := s.OfferSubchannels(offers)
+		ch := s.OfferSubchannels(offers, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -188,7 +188,14 @@ type SubchannelOffer struct {
 // ring file after the offer's delay, when the (simulated) kernel has opened
 // it. Every sub-channel whose ring appeared is sent on the returned channel,
 // which is closed when all offers are settled or the session ends.
-func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
+//
+// accept, when not nil, is the host's side of each open: it is called with
+// the channel before its ring file appears, and the file waits for it to
+// return. The kernel creates the ring attribute only after vmbus_open has
+// completed, which the host answers once its end of the channel is set
+// up, so a guest that has mapped a sub-channel's ring can count on the
+// host using that channel (docs/uio-contract.md).
+func (s *Session) OfferSubchannels(offers []SubchannelOffer, accept func(*Channel)) <-chan *Channel {
 	out := make(chan *Channel, len(offers))
 	d, h := s.dev, s.dev.host
 	type pending struct {
@@ -256,7 +263,7 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 			case <-s.ctx.Done():
 				return
 			}
-			c, err := s.openSubchannel(p.relid, p.sub, p.mon)
+			c, err := s.openSubchannel(p.relid, p.sub, p.mon, accept)
 			if err != nil {
 				h.log.Warn("open sub-channel", "relid", p.relid, "err", err)
 				continue
@@ -274,12 +281,13 @@ func (s *Session) OfferSubchannels(offers []SubchannelOffer) <-chan *Channel {
 const splitIDDelay = 50 * time.Millisecond
 
 // openSubchannel is the kernel's hv_uio_new_channel: open the channel with
-// 2 MiB rings, then make its ring file visible.
-func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, error) {
+// 2 MiB rings (the host's side, accept, included), then make its ring file
+// visible.
+func (s *Session) openSubchannel(relid uint32, sub uint16, mon int, accept func(*Channel)) (*Channel, error) {
 	d := s.dev
 	size := 2 * d.cfg.SubchannelRingSize
 	prof := d.host.cfg.Profile
-	f, mem, err := createRingFile(d.path, relid, size, func(m []byte) error { return initRings(prof, m, size/2) })
+	f, mem, err := prepareRingFile(d.path, relid, size, func(m []byte) error { return initRings(prof, m, size/2) })
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +295,7 @@ func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, e
 	if err != nil {
 		unmapMem(mem)
 		f.Close()
+		os.Remove(f.Name())
 		return nil, err
 	}
 	c.file = f
@@ -295,12 +304,22 @@ func (s *Session) openSubchannel(relid uint32, sub uint16, mon int) (*Channel, e
 		s.mu.Unlock()
 		unmapMem(mem)
 		f.Close()
+		os.Remove(f.Name())
 		return nil, fmt.Errorf("session ended")
 	}
 	s.chans = append(s.chans, c)
 	s.mu.Unlock()
 	if mon >= 0 {
 		d.host.registerMonitor(mon, c)
+	}
+	if accept != nil {
+		accept(c)
+	}
+	if err := publishRingFile(f, d.path, relid); err != nil {
+		// The channel stays the session's (its teardown releases it), but
+		// the guest never sees its ring, as when vmbus_open fails.
+		os.Remove(f.Name())
+		return nil, err
 	}
 	return c, nil
 }

@@ -463,6 +463,31 @@ func readUintAttr(path string) (uint64, error) {
 // The caller owns f and mem (close f; unmapMem(mem)). Removing the file
 // (removeRingFile) does not invalidate either.
 func createRingFile(devDir string, relid uint32, size int, init func(mem []byte) error) (f *os.File, mem []byte, err error) {
+	f, mem, err = prepareRingFile(devDir, relid, size, init)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := publishRingFile(f, devDir, relid); err != nil {
+		unmapMem(mem)
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, err
+	}
+	return f, mem, nil
+}
+
+// publishRingFile makes a ring file made by prepareRingFile visible as
+// channels/<relid>/ring.
+func publishRingFile(f *os.File, devDir string, relid uint32) error {
+	if err := renameNoReplace(f.Name(), filepath.Join(channelDir(devDir, relid), "ring")); err != nil {
+		return fmt.Errorf("sim: ring %d: %w", relid, err)
+	}
+	return nil
+}
+
+// prepareRingFile is createRingFile up to the rename: the file exists,
+// sized, mapped and initialised, under its temporary name.
+func prepareRingFile(devDir string, relid uint32, size int, init func(mem []byte) error) (f *os.File, mem []byte, err error) {
 	if size <= 0 {
 		return nil, nil, fmt.Errorf("sim: ring %d: size %d, want > 0", relid, size)
 	}
@@ -492,9 +517,6 @@ func createRingFile(devDir string, relid uint32, size int, init func(mem []byte)
 		if err := init(m); err != nil {
 			return fail(err)
 		}
-	}
-	if err := renameNoReplace(tf.Name(), filepath.Join(dir, "ring")); err != nil {
-		return fail(err)
 	}
 	return tf, m, nil
 }

@@ -378,12 +378,22 @@ func (ss *nicSession) subchannels(ch *nicChan, p *vmbus.Packet, m *nvsp.Subchann
 	for i := range offers {
 		offers[i] = bus.SubchannelOffer{Delay: time.Duration(i+1) * n.cfg.SubchannelDelay, NeverOpens: i >= grant-n.cfg.NeverOpen}
 	}
-	opened := ss.s.OfferSubchannels(offers)
+	// The NetVSP takes each sub-channel on before its ring file appears,
+	// as Hyper-V answers the guest kernel's open only once its end is up:
+	// a guest that has opened a queue finds the host using it.
+	accept := func(c *bus.Channel) {
+		done := make(chan struct{})
+		ss.post(ctlEvent{kind: evSubchannel, ch: c, done: done})
+		select {
+		case <-done:
+		case <-ss.ctx.Done():
+		}
+	}
+	opened := ss.s.OfferSubchannels(offers, accept)
 	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
-		for c := range opened {
-			ss.post(ctlEvent{kind: evSubchannel, ch: c})
+		for range opened {
 		}
 		ss.post(ctlEvent{kind: evSubchannelDone})
 	}()

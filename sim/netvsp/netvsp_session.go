@@ -123,7 +123,7 @@ type ctlEvent struct {
 	delay time.Duration
 	due   time.Time
 	ch    *bus.Channel
-	done  chan struct{} // closed once handled (evVF)
+	done  chan struct{} // closed once handled (evVF, evSubchannel)
 }
 
 const (
@@ -696,6 +696,9 @@ func (ss *nicSession) handleEvent(ch *nicChan, ev ctlEvent) {
 		}()
 		if ss.nv.opened == cfg.granted {
 			ss.sendTable(ch)
+		}
+		if ev.done != nil {
+			close(ev.done)
 		}
 	case evSubchannelDone:
 		ss.publish(func(c *sessCfg) { c.settingUp = false })
