@@ -61,6 +61,7 @@ var (
 	txSize    = flag.Int("size", 64, "txonly: frame size in bytes")
 	pollSpin  = flag.Duration("poll-budget", 0, "latency: the hybrid NIC's poll budget after the last packet (0: netvsc's 50 µs)")
 	rounds    = flag.Int("rounds", 3000, "latency: measured round trips per point")
+	ratePts   = flag.String("points", "rx/64,rx/1514,tx/64,tx/1514", "rate: the direction/frame-size points to measure")
 	busyPolls = flag.String("busy-poll", "0", "latency: the NIC's busy-poll budgets to measure each wait mode with (comma-separated durations; 0: off)")
 )
 
@@ -391,15 +392,18 @@ func txLoop(ctx context.Context, n *netvsc.NIC, q *netvsc.Queue, size, burst int
 }
 
 func testRate() error {
-	for _, dir := range []string{"rx", "tx"} {
-		for _, size := range []int{64, 1514} {
-			for _, mode := range modeList() {
-				if mode == netvsc.Interrupt {
-					continue
-				}
-				if err := ratePoint(dir, size, mode); err != nil {
-					return err
-				}
+	for _, pt := range strings.Split(*ratePts, ",") {
+		dir, sz, _ := strings.Cut(strings.TrimSpace(pt), "/")
+		size, err := strconv.Atoi(sz)
+		if (dir != "rx" && dir != "tx") || err != nil || size < 60 {
+			return fmt.Errorf("rate point %q: want rx/<size> or tx/<size>", pt)
+		}
+		for _, mode := range modeList() {
+			if mode == netvsc.Interrupt {
+				continue
+			}
+			if err := ratePoint(dir, size, mode); err != nil {
+				return err
 			}
 		}
 	}
@@ -448,19 +452,32 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	wg.Wait()
 	rxWG.Wait()
 	n.Close()
-	h.stop()
+	hs := h.stop()
 	pk := float64(p1 - p0)
-	var sig, wake uint64
+	var sig, wake, sleeps uint64
+	var poll, slept float64
 	for i := range s1.Queues {
 		a, b := s1.Queues[i].Channel, s0.Queues[i].Channel
 		sig += a.TxSignals + a.RxSignals - b.TxSignals - b.RxSignals
 		wake += a.Wakeups - b.Wakeups
+		sleeps += a.IdleWaits - b.IdleWaits
+		poll += s1.Queues[i].PollSeconds - s0.Queues[i].PollSeconds
+		slept += s1.Queues[i].SleepSeconds - s0.Queues[i].SleepSeconds
+	}
+	// The generator's refusals (frames its NIC's queue had no room for,
+	// each batch of them followed by a short back-off) say how often the
+	// guest held the host up, over the host's whole life.
+	var refused float64
+	if hs["sent"] > 0 {
+		refused = float64(hs["sent"]-hs["accepted"]) / float64(hs["sent"])
 	}
 	emit(map[string]any{"test": "rate", "dir": dir, "size": size, "mode": mode.String(), "queues": len(s1.Queues),
 		"pps": pk / el, "gbps": pk * float64(size) * 8 / el / 1e9,
 		"guest_cpu": (c1 - c0) / el, "guest_cpu_s_per_mpkt": (c1 - c0) / (pk / 1e6),
-		"host_cpu": (hc1 - hc0) / el, "signals_per_pkt": float64(sig) / pk, "wakeups_per_pkt": float64(wake) / pk},
-		"test", "dir", "size", "mode", "queues", "pps", "gbps", "guest_cpu", "guest_cpu_s_per_mpkt", "host_cpu", "signals_per_pkt", "wakeups_per_pkt")
+		"host_cpu": (hc1 - hc0) / el, "signals_per_pkt": float64(sig) / pk, "wakeups_per_pkt": float64(wake) / pk,
+		"sleeps_per_s": float64(sleeps) / el, "poll_share": poll / el, "sleep_share": slept / el, "gen_refused": refused},
+		"test", "dir", "size", "mode", "queues", "pps", "gbps", "guest_cpu", "guest_cpu_s_per_mpkt", "host_cpu", "signals_per_pkt", "wakeups_per_pkt",
+		"sleeps_per_s", "poll_share", "sleep_share", "gen_refused")
 	return nil
 }
 
