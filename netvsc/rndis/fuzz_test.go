@@ -231,21 +231,7 @@ func iterPacketInfo(area []byte) (PacketInfo, error) {
 		if err != nil {
 			return pi, err
 		}
-		switch bit {
-		case InfoChecksum:
-			pi.Checksum = v
-		case InfoLSO:
-			pi.LSO = LSOInfo(v)
-		case InfoVLAN:
-			pi.VLAN = VLANInfo(v)
-		case InfoHashValue:
-			pi.HashValue = v
-		case InfoHashInfo:
-			pi.HashInfo = HashInfo(v)
-		case InfoPktID:
-			pi.PktID = PktInfoID(v)
-		}
-		pi.Has |= bit
+		pi.set(bit, v)
 	}
 	return pi, it.Err()
 }

@@ -302,21 +302,7 @@ func ParsePacketInfo(area []byte) (PacketInfo, error) {
 			return pi, protoerr.New("PPI", protoerr.KindPPIData, t.String(), uint64(len(data)))
 		}
 		v := le.Uint32(data)
-		switch bit {
-		case InfoChecksum:
-			pi.Checksum = v
-		case InfoLSO:
-			pi.LSO = LSOInfo(v)
-		case InfoVLAN:
-			pi.VLAN = VLANInfo(v)
-		case InfoHashValue:
-			pi.HashValue = v
-		case InfoHashInfo:
-			pi.HashInfo = HashInfo(v)
-		case InfoPktID:
-			pi.PktID = PktInfoID(v)
-		}
-		pi.Has |= bit
+		pi.set(bit, v)
 	}
 	return pi, nil
 }
@@ -466,3 +452,23 @@ func (p PktInfoID) Flags() uint8 { return uint8(p >> 8) }
 
 // ID returns the packet id.
 func (p PktInfoID) ID() uint16 { return uint16(p >> 16) }
+
+// set records v, the first 4 bytes of a PPI's data, as the element bit
+// stands for.
+func (pi *PacketInfo) set(bit InfoMask, v uint32) {
+	switch bit {
+	case InfoChecksum:
+		pi.Checksum = v
+	case InfoLSO:
+		pi.LSO = LSOInfo(v)
+	case InfoVLAN:
+		pi.VLAN = VLANInfo(v)
+	case InfoHashValue:
+		pi.HashValue = v
+	case InfoHashInfo:
+		pi.HashInfo = HashInfo(v)
+	case InfoPktID:
+		pi.PktID = PktInfoID(v)
+	}
+	pi.Has |= bit
+}
