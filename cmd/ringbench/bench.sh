@@ -12,7 +12,10 @@
 #                sequence word only, ring cost only) (default "full x")
 #   -p "PAIRS"   sender-receiver pairs (default "dpdk-dpdk go-go go-dpdk dpdk-go");
 #                "base" names a second ringbench, for before/after in one run
-#   -n MAX       packets per run: min(MAX, 10^10/SIZE) (default 2000000)
+#   -n MAX       packets per run: min(MAX, BYTES/SIZE) (default 2000000)
+#   -b BYTES     full mode's payload bytes per run at most (default
+#                10000000000, as x mode's); generating and checking every
+#                payload runs at 0.1-2 GB/s, so a smaller cap shortens a sweep
 #   -u           unpinned (default: sender on CPU 0, receiver on CPU 1)
 # env: RINGPEER (required) the ringpeer binary (tools/ringpeer/build.sh OUTDIR);
 #      RINGBENCH the ringbench binary (default: go build it into a temp dir);
@@ -20,8 +23,8 @@
 #      built from an earlier commit.
 set -euo pipefail
 runs=3 sizes="64 256 1024 4096 16384 65536" rings="2M 256K" modes="full x"
-pairs="dpdk-dpdk go-go go-dpdk dpdk-go" maxn=2000000 scpu=(-c 0) rcpu=(-c 1)
-while getopts "r:s:g:m:p:n:u" o; do
+pairs="dpdk-dpdk go-go go-dpdk dpdk-go" maxn=2000000 maxb=10000000000 scpu=(-c 0) rcpu=(-c 1)
+while getopts "r:s:g:m:p:n:b:u" o; do
 	case $o in
 	r) runs=$OPTARG ;;
 	s) sizes=$OPTARG ;;
@@ -29,6 +32,7 @@ while getopts "r:s:g:m:p:n:u" o; do
 	m) modes=$OPTARG ;;
 	p) pairs=$OPTARG ;;
 	n) maxn=$OPTARG ;;
+	b) maxb=$OPTARG ;;
 	u) scpu=() rcpu=() ;;
 	*) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
@@ -62,7 +66,9 @@ for mode in $modes; do
 		total=$(($(numfmt --from=iec "$ring") * 2))
 		for size in $sizes; do
 			n=$((10000000000 / size))
+			[[ $mode == full ]] && n=$((maxb / size))
 			((n > maxn)) && n=$maxn
+			((n < 1)) && n=1
 			for pair in $pairs; do
 				snd=$(bin "${pair%-*}") rcv=$(bin "${pair#*-}")
 				: >"$tmp/pps"
