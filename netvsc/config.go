@@ -79,7 +79,11 @@ type Config struct {
 	// appear (0: 10 s, DPDK's 1000 × 10 ms).
 	SubchannelTimeout time.Duration
 	// PollBudget is how long a hybrid queue keeps polling after it last
-	// found work before it sleeps (0: 50 µs).
+	// found work before it sleeps (0: 50 µs). It is the most it polls: a
+	// queue whose frames keep coming later than that (request/response
+	// traffic, a host sending in rounds further apart) halves its share
+	// per sleep, down to sleeping at once, and gets it back when a frame
+	// comes within PollBudget again (Queue.Wait).
 	PollBudget time.Duration
 	// BusyPoll, when non-zero, is the latency setting for request/response
 	// workloads (as SO_BUSY_POLL): before a hybrid or interrupt queue

@@ -25,6 +25,8 @@ type waiter struct {
 	txWaiting atomic.Bool   // a WaitTx waits on txWake
 	txWake    chan struct{} // 1-buffered: a drain found work
 
+	spin spinBudget // Hybrid's adaptive share of Config.PollBudget
+
 	// rings guards the lock-free ring reads of Wait and WaitTx (their
 	// polling and readiness checks) against the unmap in Close: they hold
 	// it shared and return once interrupted; halt takes it exclusively
@@ -130,11 +132,61 @@ func (q *Queue) rxReady() bool {
 	return in != 0
 }
 
+// spinBudget is how much of Config.PollBudget a hybrid Wait polls before
+// it sleeps, adapted as a halt-polling governor does: a sleep that a full
+// budget would not have avoided (the next frame came more than PollBudget
+// after the last) halves it, down to no polling at all; one that a full
+// budget would have avoided, or a poll that found work, brings it back.
+//
+// Polling only pays when the next frame comes within the budget. When it
+// comes later (request/response traffic, a host that sends in rounds
+// further apart than the budget) the spin only burns the CPU that the
+// work it waits for needs: on a small machine the socket reader the
+// frame was just handed to, or the host itself, waits for the spinning
+// thread, and the queue sleeps all the same.
+type spinBudget struct {
+	shift atomic.Int32 // the budget is PollBudget >> shift; maxSpinShift: none
+}
+
+// maxSpinShift halvings take the 50 µs default below a microsecond, less
+// than one sleep and wake-up costs: the queue then sleeps at once.
+const maxSpinShift = 6
+
+// budget returns the poll budget for a Wait, in nanoseconds.
+func (b *spinBudget) budget(full time.Duration) int64 {
+	k := b.shift.Load()
+	if k >= maxSpinShift {
+		return 0
+	}
+	return int64(full) >> k
+}
+
+// polled records a poll that found work: the budget doubles, so a queue
+// whose frames arrive within its shrunken budget returns to the full one.
+func (b *spinBudget) polled() {
+	if k := b.shift.Load(); k > 0 {
+		b.shift.Store(k - 1)
+	}
+}
+
+// slept records a sleep that ended with work gap nanoseconds after the
+// queue last found work: within the full budget, polling would have
+// caught it (full budget again); later, polling was wasted (halve).
+func (b *spinBudget) slept(gap int64, full time.Duration) {
+	switch k := b.shift.Load(); {
+	case gap <= int64(full):
+		b.shift.Store(0)
+	case k < maxSpinShift:
+		b.shift.Store(k + 1)
+	}
+}
+
 // Wait blocks until RxBurst may find work, the NIC fails, or ctx ends. In
-// Hybrid mode it first polls for Config.PollBudget since the queue last
-// found work, then unmasks the channel's interrupt, checks again and
-// sleeps on the device's interrupt fd; Poll never sleeps; Interrupt sleeps
-// at once. A nil return can be spurious.
+// Hybrid mode it first polls for up to Config.PollBudget since the queue
+// last found work (less while polling has not been paying, spinBudget),
+// then unmasks the channel's interrupt, checks again and sleeps on the
+// device's interrupt fd; Poll never sleeps; Interrupt sleeps at once. A
+// nil return can be spurious.
 func (q *Queue) Wait(ctx context.Context) error {
 	if err := q.s.err(); err != nil {
 		return err
@@ -172,9 +224,10 @@ func (q *Queue) Wait(ctx context.Context) error {
 			}
 		}
 	case Hybrid:
-		budget := int64(q.s.cfg.PollBudget)
+		budget := q.w.spin.budget(q.s.cfg.PollBudget)
 		for i := 1; nanotime()-q.rx.lastRx.Load() < budget; i++ {
 			if q.rxReady() {
+				q.w.spin.polled()
 				q.c.rxPolls.inc()
 				q.c.pollNanos.v.Add(uint64(nanotime() - start))
 				return nil
@@ -186,10 +239,15 @@ func (q *Queue) Wait(ctx context.Context) error {
 			}
 		}
 	}
+	last := q.rx.lastRx.Load()
 	slept := nanotime()
 	q.c.pollNanos.v.Add(uint64(slept - start))
 	err := q.sleep(ctx, 0)
-	q.c.sleepNanos.v.Add(uint64(nanotime() - slept))
+	woke := nanotime()
+	q.c.sleepNanos.v.Add(uint64(woke - slept))
+	if q.s.cfg.Mode == Hybrid && err == nil && q.rxReady() {
+		q.w.spin.slept(woke-last, q.s.cfg.PollBudget)
+	}
 	return err
 }
 

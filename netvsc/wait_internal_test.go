@@ -1,0 +1,156 @@
+package netvsc
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/vmbusd/vmbusd/frame"
+	"github.com/vmbusd/vmbusd/sim"
+	"github.com/vmbusd/vmbusd/vmbus"
+)
+
+// TestSpinBudgetAdapts: the hybrid poll budget halves for every sleep a
+// full budget would not have avoided, down to none, and comes back whole
+// after one it would have; a poll that finds work doubles it.
+func TestSpinBudgetAdapts(t *testing.T) {
+	const full = 64 * time.Microsecond
+	long, short := int64(full)+1, int64(full)
+	type step struct {
+		op   string // "slept" (with gap) or "polled"
+		gap  int64
+		want int64 // budget afterwards
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"starts whole", nil},
+		{"long sleeps halve it down to none", []step{
+			{"slept", long, int64(full) / 2},
+			{"slept", long, int64(full) / 4},
+			{"slept", 10 * long, int64(full) / 8},
+			{"slept", long, int64(full) / 16},
+			{"slept", long, int64(full) / 32},
+			{"slept", long, 0},
+			{"slept", long, 0},
+		}},
+		{"a sleep within the full budget restores it", []step{
+			{"slept", long, int64(full) / 2},
+			{"slept", long, int64(full) / 4},
+			{"slept", short, int64(full)},
+		}},
+		{"a sleep within the full budget restores it from none", []step{
+			{"slept", long, int64(full) / 2},
+			{"slept", long, int64(full) / 4},
+			{"slept", long, int64(full) / 8},
+			{"slept", long, int64(full) / 16},
+			{"slept", long, int64(full) / 32},
+			{"slept", long, 0},
+			{"slept", 0, int64(full)},
+		}},
+		{"a poll that found work doubles it", []step{
+			{"slept", long, int64(full) / 2},
+			{"slept", long, int64(full) / 4},
+			{"polled", 0, int64(full) / 2},
+			{"polled", 0, int64(full)},
+			{"polled", 0, int64(full)},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b spinBudget
+			if got := b.budget(full); got != int64(full) {
+				t.Fatalf("new budget %d, want %d", got, int64(full))
+			}
+			for i, s := range tc.steps {
+				switch s.op {
+				case "slept":
+					b.slept(s.gap, full)
+				case "polled":
+					b.polled()
+				}
+				if got := b.budget(full); got != s.want {
+					t.Fatalf("step %d (%s, gap %d): budget %d, want %d", i, s.op, s.gap, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestHybridStopsPollingWhenItDoesNotPay: a hybrid queue whose frames each
+// come only after it went to sleep (request/response traffic) polls less
+// after every such sleep and then not at all. PollBudget is 1 ns, so no
+// frame can come within it: no wall-clock threshold is involved.
+func TestHybridStopsPollingWhenItDoesNotPay(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Open(ctx, dev, Config{Mode: Hybrid, PollBudget: time.Nanosecond, PoolPackets: 64, ControlTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	q := n.Queues()[0]
+
+	got := make(chan int, 1)
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pkts := make([]*frame.Packet, 8)
+		for rctx.Err() == nil {
+			k := q.RxBurst(pkts)
+			if k == 0 {
+				if q.Wait(rctx) != nil {
+					return
+				}
+				continue
+			}
+			frame.PutBurst(pkts[:k])
+			got <- k
+		}
+	}()
+	defer func() { rcancel(); <-done }()
+
+	f := make([]byte, 64)
+	copy(f, n.MAC())
+	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 1})
+	f[12], f[13] = 0x08, 0x00
+	var sleeps uint64 // the receiver's sleeps when the last frame went
+	for i := range maxSpinShift + 2 {
+		// Send only once the receiver is on its way to sleep again.
+		for q.c.idleSleeps.load() == sleeps {
+			if ctx.Err() != nil {
+				t.Fatalf("frame %d: the receiver never went to sleep", i)
+			}
+			runtime.Gosched()
+		}
+		sleeps = q.c.idleSleeps.load()
+		if k := sn.Deliver([][]byte{f}); k != 1 {
+			t.Fatalf("frame %d: host took %d frames", i, k)
+		}
+		select {
+		case <-got:
+		case <-ctx.Done():
+			t.Fatalf("frame %d never arrived", i)
+		}
+	}
+	if b := q.w.spin.budget(q.s.cfg.PollBudget); b != 0 {
+		t.Errorf("after %d frames that each came after a sleep, the poll budget is %d ns, want 0 (shift %d)",
+			maxSpinShift+2, b, q.w.spin.shift.Load())
+	}
+}
