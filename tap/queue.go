@@ -37,6 +37,12 @@ type Queue struct {
 
 	rmu   sync.Mutex
 	ready pktRing // read and decoded, handed out by the next RxBurst
+	// dry: the last read found the kernel's queue empty. The next RxBurst
+	// that finds nothing ready then returns 0 without asking again, and
+	// leaves the check to Wait, which must ask anyway (its poller wait
+	// needs a read that fails after it is armed): one empty read per
+	// wake-up rather than two.
+	dry bool
 
 	readFn  func(fd uintptr) bool // bound once: no allocation per Wait
 	readPkt *frame.Packet
@@ -127,7 +133,9 @@ func (q *Queue) Interrupt() { q.f.SetReadDeadline(time.Unix(1, 0)) }
 func (q *Queue) Resume() { q.f.SetReadDeadline(time.Time{}) }
 
 // RxBurst reads frames the kernel sent out of the interface, without
-// blocking, until pkts is full or nothing is left.
+// blocking, until pkts is full or nothing is left. A call that has
+// nothing to return right after one that emptied the kernel's queue
+// returns 0 without asking it again: the caller's Wait asks.
 func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 	if len(pkts) == 0 || q.d.closed.Load() {
 		return 0
@@ -145,6 +153,12 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		if pool == nil {
 			break
 		}
+		if q.dry {
+			if n == 0 {
+				q.dry = false
+			}
+			break
+		}
 		p := pool.Get()
 		if p == nil {
 			q.RxNoBuf.Add(1)
@@ -155,6 +169,7 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		}
 		k, err := rawRead(q.fd, p.Buffer())
 		if err != nil || k <= 0 {
+			q.dry = err == unix.EAGAIN
 			p.Free()
 			break
 		}
@@ -180,6 +195,7 @@ func (q *Queue) readOnce(fd uintptr) bool {
 func (q *Queue) Wait(ctx context.Context) error {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
+	q.dry = false
 	for q.ready.size == 0 {
 		if err := ctx.Err(); err != nil {
 			return err
