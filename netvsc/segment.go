@@ -93,6 +93,9 @@ func (q *Queue) segment(p *frame.Packet, info *rndis.PacketInfo) bool {
 func (q *Queue) reserve(k int) bool {
 	if q.tx.sections() < k+1 {
 		q.c.txNoSpace.inc()
+		// Only sections will do, and this many (all of the queue's when
+		// it has fewer: the retry then fails as it would have).
+		q.tx.stop, q.tx.stopNeed = wantSection, int32(min(k+1, len(q.tx.secFrames)))
 		return false
 	}
 	if q.ch.Out().Free() <= (k+2)*nvspSendSize {

@@ -62,6 +62,11 @@ type txPath struct {
 	// wantGPA), read by the lock-free txReady: a free GPA slot is no room
 	// for a frame that can only be copied, and WaitTx would spin on it.
 	want atomic.Int32
+	// need is the sections a burst that stopped for sections waits for:
+	// a large send copied in pieces takes several at once (reserve), and
+	// a WaitTx woken by each one the host completes would retry it, fail
+	// and sleep again, once per completion.
+	need atomic.Int32
 	cur  openSection // the section being filled in this burst
 
 	gpa      *idxRing        // free GPA-direct slots (SPSC, above)
@@ -75,9 +80,10 @@ type txPath struct {
 	segBuf  []byte
 	done    []*frame.Packet // copied packets, freed at the end of the burst
 	hdr     hdrTemplate
-	// stop is what this burst stopped for (want), stored when it ends.
-	stop int32
-	left int // frames left in the burst, this one included
+	// stop is what this burst stopped for (want) and stopNeed the
+	// sections it needs (need), stored when it ends.
+	stop, stopNeed int32
+	left           int // frames left in the burst, this one included
 	// copied counts the frames the burst copied into sections, added to
 	// tx_copied when it ends: a counter store is an atomic exchange, a
 	// full barrier that would wait on every copy into shared memory.
@@ -207,19 +213,24 @@ const (
 // ready reports, without locks, whether what the last burst stopped for
 // (a section, a GPA slot, or either) is free.
 func (t *txPath) ready() bool {
-	sec := t.sec.len() > 0 || t.stashN.Load() > 0
+	free := t.sec.len() + int(t.stashN.Load())
+	sec := free > 0
 	gpa := t.gpa.len() > 0 || t.gpaStN.Load() > 0
 	switch t.want.Load() {
 	case wantSection:
-		return sec
+		return free >= int(max(t.need.Load(), 1))
 	case wantGPA:
 		return gpa
 	}
 	return sec || gpa
 }
 
-// stopped records what the burst stopped for, storing only a change.
-func (t *txPath) stopped(w int32) {
+// stopped records what the burst stopped for (and, for sections, how
+// many), storing only a change.
+func (t *txPath) stopped(w, need int32) {
+	if t.need.Load() != need {
+		t.need.Store(need)
+	}
 	if t.want.Load() != w {
 		t.want.Store(w)
 	}
@@ -316,7 +327,7 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 	s := q.s
 	q.outMu.Lock()
 	n := 0
-	q.tx.stop = wantAny
+	q.tx.stop, q.tx.stopNeed = wantAny, 1
 	for n < len(pkts) && s.err() == nil {
 		q.tx.left = len(pkts) - n
 		if !q.txOne(pkts[n]) {
@@ -324,7 +335,7 @@ func (q *Queue) txBurstLocked(pkts []*frame.Packet) int {
 		}
 		n++
 	}
-	q.tx.stopped(q.tx.stop)
+	q.tx.stopped(q.tx.stop, q.tx.stopNeed)
 	q.flushSection()
 	if q.tx.copied > 0 {
 		q.c.txCopied.add(q.tx.copied)

@@ -74,20 +74,25 @@ func TestTxReadyWantsWhatStopped(t *testing.T) {
 	tests := []struct {
 		name     string
 		want     int32
-		sections int  // sections the host completed, on the free ring
-		stashed  bool // a section taken and parked again (untakeSection)
+		need     int32 // sections the burst needs (0: one)
+		sections int   // sections the host completed, on the free ring
+		stashed  bool  // a section taken and parked again (untakeSection)
 		gpaFree  bool
 		ready    bool
 	}{
-		{"any, GPA slots free", wantAny, 0, false, true, true},
-		{"section, only GPA slots free", wantSection, 0, false, true, false},
-		{"section, a section completed", wantSection, 1, false, true, true},
-		{"section, a section on the stash", wantSection, 0, true, false, true},
-		{"GPA, slots free", wantGPA, 0, false, true, true},
-		{"GPA, no slot free, a section completed", wantGPA, 1, false, false, false},
-		{"GPA, no slot free, a section on the stash", wantGPA, 0, true, false, false},
-		{"any, nothing free", wantAny, 0, false, false, false},
-		{"any, a section on the stash", wantAny, 0, true, false, true},
+		{"any, GPA slots free", wantAny, 0, 0, false, true, true},
+		{"section, only GPA slots free", wantSection, 0, 0, false, true, false},
+		{"section, a section completed", wantSection, 0, 1, false, true, true},
+		{"section, a section on the stash", wantSection, 0, 0, true, false, true},
+		{"GPA, slots free", wantGPA, 0, 0, false, true, true},
+		{"GPA, no slot free, a section completed", wantGPA, 0, 1, false, false, false},
+		{"GPA, no slot free, a section on the stash", wantGPA, 0, 0, true, false, false},
+		{"any, nothing free", wantAny, 0, 0, false, false, false},
+		{"any, a section on the stash", wantAny, 0, 0, true, false, true},
+		// A large send copied in pieces needs several sections at once.
+		{"two sections, one completed", wantSection, 2, 1, false, true, false},
+		{"two sections, one completed, one on the stash", wantSection, 2, 1, true, false, true},
+		{"two sections, two completed", wantSection, 2, 2, false, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,7 +113,7 @@ func TestTxReadyWantsWhatStopped(t *testing.T) {
 					gpaAll = append(gpaAll, s)
 				}
 			}
-			p.stopped(tc.want)
+			p.stopped(tc.want, max(tc.need, 1))
 			if got := p.ready(); got != tc.ready {
 				t.Errorf("ready() = %v, want %v", got, tc.ready)
 			}

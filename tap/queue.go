@@ -37,6 +37,12 @@ type Queue struct {
 
 	rmu   sync.Mutex
 	ready pktRing // read and decoded, handed out by the next RxBurst
+	// dry: the last read found the kernel's queue empty. The next RxBurst
+	// that finds nothing ready then returns 0 without asking again, and
+	// leaves the check to Wait, which must ask anyway (its poller wait
+	// needs a read that fails after it is armed): one empty read per
+	// wake-up rather than two.
+	dry bool
 
 	readFn  func(fd uintptr) bool // bound once: no allocation per Wait
 	readPkt *frame.Packet
@@ -127,7 +133,9 @@ func (q *Queue) Interrupt() { q.f.SetReadDeadline(time.Unix(1, 0)) }
 func (q *Queue) Resume() { q.f.SetReadDeadline(time.Time{}) }
 
 // RxBurst reads frames the kernel sent out of the interface, without
-// blocking, until pkts is full or nothing is left.
+// blocking, until pkts is full or nothing is left. A call that has
+// nothing to return right after one that emptied the kernel's queue
+// returns 0 without asking it again: the caller's Wait asks.
 func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 	if len(pkts) == 0 || q.d.closed.Load() {
 		return 0
@@ -145,6 +153,12 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		if pool == nil {
 			break
 		}
+		if q.dry {
+			if n == 0 {
+				q.dry = false
+			}
+			break
+		}
 		p := pool.Get()
 		if p == nil {
 			q.RxNoBuf.Add(1)
@@ -153,8 +167,9 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		if q.d.vnet {
 			p.Prepend(vnetHdrLen)
 		}
-		k, err := unix.Read(q.fd, p.Buffer())
+		k, err := rawRead(q.fd, p.Buffer())
 		if err != nil || k <= 0 {
+			q.dry = err == unix.EAGAIN
 			p.Free()
 			break
 		}
@@ -167,7 +182,7 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 // readOnce is the RawConn read callback: one non-blocking read; false
 // asks the poller to wait for readability.
 func (q *Queue) readOnce(fd uintptr) bool {
-	k, err := unix.Read(int(fd), q.readPkt.Buffer())
+	k, err := rawRead(int(fd), q.readPkt.Buffer())
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return false
 	}
@@ -180,6 +195,7 @@ func (q *Queue) readOnce(fd uintptr) bool {
 func (q *Queue) Wait(ctx context.Context) error {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
+	q.dry = false
 	for q.ready.size == 0 {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -356,7 +372,7 @@ func (q *Queue) writeOne(w *groWrite) {
 		total += len(d)
 	}
 	n := len(w.members)
-	_, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(q.fd), uintptr(unsafe.Pointer(&q.iov[0])), uintptr(n))
+	_, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(q.fd), uintptr(unsafe.Pointer(&q.iov[0])), uintptr(n))
 	clear(q.iov[:n])
 	if e != 0 {
 		q.TxDrops.Add(uint64(n))
@@ -407,7 +423,7 @@ func (q *Queue) writeCut(p *frame.Packet) {
 
 // write writes one frame (frames of it: for the counters).
 func (q *Queue) write(b []byte, frames uint64) {
-	if _, err := unix.Write(q.fd, b); err != nil {
+	if _, err := rawWrite(q.fd, b); err != nil {
 		q.TxDrops.Add(frames)
 		return
 	}
@@ -417,3 +433,36 @@ func (q *Queue) write(b []byte, frames uint64) {
 
 // WaitTx returns at once: TxBurst never refuses.
 func (q *Queue) WaitTx(ctx context.Context) error { return ctx.Err() }
+
+// The queue's reads and writes never block (the fd is non-blocking, and a
+// TAP write does not wait: the kernel queues or drops), but a 64 KiB one
+// runs the kernel's receive path or copies for tens of microseconds. Made
+// through syscall.Syscall, that is long enough for the runtime's monitor
+// to take the P away and start another thread for it, and the goroutine
+// then waits for a P when the call returns: two thread wake-ups per large
+// frame on a busy machine. A raw system call keeps the P, as a Go function
+// running as long would.
+
+// rawRead is read(2) without the scheduler's system-call bookkeeping.
+func rawRead(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+// rawWrite is write(2) without the scheduler's system-call bookkeeping.
+func rawWrite(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}

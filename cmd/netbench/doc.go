@@ -11,8 +11,9 @@
 //
 // tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
 // sockets in this process), a 1-byte TCP request/response and ping(8),
-// with the TAP offloads on (-offloads=false for plain TAPs) and optionally
-// a GPA pool (-gpa); -v prints every layer's drop counters, -hold leaves
+// with the TAP offloads on (-offloads=false for plain TAPs) and a GPA
+// pool, as the daemon sets up by default (-gpa=false copies large sends
+// into send sections); -v prints every layer's drop counters, -hold leaves
 // both paths up for other tools, -cpuprofile/-hostprofile and
 // -trace/-hosttrace profile the guest and the host.
 //

@@ -51,7 +51,7 @@ var (
 	gso       = flag.Bool("gso", false, "tapveth: same as -offloads=true (kept for older scripts)")
 	offl      = flag.Bool("offloads", true, "tapveth: virtio-net headers with checksum and segmentation offloads on the guest's TAP and the host's TAP port")
 	rscOn     = flag.Bool("rsc", true, "tapveth: with offloads, ask the host for receive segment coalescing (netvsc.Config.RSC)")
-	gpaPool   = flag.Bool("gpa", false, "tapveth: give the guest NIC a GPA pool in the simulated guest memory, so large sends go GPA-direct")
+	gpaPool   = flag.Bool("gpa", true, "tapveth: give the guest NIC a GPA pool in the simulated guest memory, so large sends go GPA-direct (as the daemon does by default; false: copied into send sections)")
 	verbose   = flag.Bool("v", false, "tapveth: print drop counters of every layer to stderr after each point")
 	tcpTool   = flag.String("tcp", "auto", "tapveth: TCP load: iperf3, go (in-process sockets), or auto (iperf3 when installed)")
 	hold      = flag.Bool("hold", false, "tapveth: set both paths up, print the namespaces and addresses, and wait for SIGINT instead of measuring")

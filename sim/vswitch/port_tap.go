@@ -405,48 +405,70 @@ func (t *TAP) runRead() {
 	defer t.wg.Done()
 	r := &tapReader{slab: make([]byte, tapSlab), frames: make([][]byte, 0, tapMaxBatch),
 		offs: make([]FrameOffload, 0, tapMaxBatch)}
-	r.readFn = func(fd uintptr) bool { return t.readBatch(r, int(fd)) }
+	r.readFn = func(fd uintptr) bool { return t.readAndDeliver(r, int(fd)) }
 	for {
-		if err := t.rc.Read(r.readFn); err != nil || r.err != nil {
-			if t.closed.Load() || errors.Is(err, os.ErrClosed) {
-				return
-			}
-			r.err = nil
-			continue
+		err := t.rc.Read(r.readFn)
+		if t.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return
 		}
-		if len(r.frames) > 0 {
-			t.cfg.Stamps.Stamp(hoptrace.HostTAPRead)
-			t.rx.Add(uint64(len(r.frames)))
-			if r.super {
-				t.oup.DeliverOffload(r.frames, r.offs)
-			} else {
-				t.up.Deliver(r.frames)
-			}
-		}
-		clear(r.frames)
-		r.frames, r.offs, r.pos, r.super = r.frames[:0], r.offs[:0], 0, false
+		r.err = nil
 	}
 }
 
-// readBatch reads frames without blocking until the batch is full or the
-// kernel has no more; false (nothing read) asks the poller to wait.
+// readAndDeliver is the read callback: batches read and handed to the
+// vSwitch until the kernel has no more, then false, so that the poller
+// waits for the next frame. Delivering from here rather than after
+// RawRead returns saves a read per wake-up: a new RawRead rearms the
+// poller and must then try a read that fails before it may wait, while
+// here the read that emptied the kernel's queue was already after the
+// last wake-up. true (RawRead returns) only for a read error or Close.
+func (t *TAP) readAndDeliver(r *tapReader, fd int) bool {
+	for {
+		empty := t.readBatch(r, fd)
+		t.deliver(r)
+		if r.err != nil || t.closed.Load() { // Close waits for RawRead to return
+			return true
+		}
+		if empty {
+			return false
+		}
+	}
+}
+
+// deliver hands the batch read to the vSwitch and empties it.
+func (t *TAP) deliver(r *tapReader) {
+	if len(r.frames) > 0 {
+		t.cfg.Stamps.Stamp(hoptrace.HostTAPRead)
+		t.rx.Add(uint64(len(r.frames)))
+		if r.super {
+			t.oup.DeliverOffload(r.frames, r.offs)
+		} else {
+			t.up.Deliver(r.frames)
+		}
+	}
+	clear(r.frames)
+	r.frames, r.offs, r.pos, r.super = r.frames[:0], r.offs[:0], 0, false
+}
+
+// readBatch reads frames without blocking until the batch is full, the
+// kernel has no more (true) or a read fails (r.err).
 func (t *TAP) readBatch(r *tapReader, fd int) bool {
 	for len(r.frames) < tapMaxBatch-64 && len(r.slab)-r.pos >= 2*tapReadMax+4096 {
 		buf := r.slab[r.pos : r.pos+tapReadMax]
-		n, err := unix.Read(fd, buf)
+		n, err := rawRead(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || n <= 0 {
-			if err != unix.EAGAIN && err != nil {
-				r.err = err
-				return true
-			}
-			break
+		if err == unix.EAGAIN || err == nil && n <= 0 {
+			return true
+		}
+		if err != nil {
+			r.err = err
+			return false
 		}
 		t.takeFrame(r, buf[:n])
 	}
-	return len(r.frames) > 0 || r.err != nil
+	return false
 }
 
 // takeFrame adds one frame read from the kernel (at r.slab[r.pos:]) to the
@@ -553,7 +575,7 @@ const tapMaxMerge = 64
 func (w *tapWriter) write(fd uintptr) {
 	w.err = nil
 	if !w.vnet {
-		_, w.err = unix.Write(int(fd), w.parts[0])
+		_, w.err = rawWrite(int(fd), w.parts[0])
 		return
 	}
 	w.iov[0].Base = &w.hdr[0]
@@ -566,7 +588,7 @@ func (w *tapWriter) write(fd uintptr) {
 			n++
 		}
 	}
-	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(n))
+	_, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(n))
 	if e != 0 {
 		w.err = e
 	}
@@ -756,6 +778,36 @@ func putVnetHdr(h *[vnetHdrLen]byte, f []byte, o FrameOffload) {
 	}
 	binary.LittleEndian.PutUint16(h[2:], uint16(int(o.CsumStart)+int(f[o.CsumStart+12]>>4)*4))
 	binary.LittleEndian.PutUint16(h[4:], o.MSS)
+}
+
+// The port's reads and writes never block (the fd is non-blocking; a TAP
+// or packet-socket write queues or drops), but one of 64 KiB runs the
+// kernel's receive path for tens of microseconds: through syscall.Syscall
+// the runtime's monitor takes the P away meanwhile and wakes another
+// thread for it, twice per large frame. Raw system calls keep the P.
+
+// rawRead is read(2) without the scheduler's system-call bookkeeping.
+func rawRead(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+// rawWrite is write(2) without the scheduler's system-call bookkeeping.
+func rawWrite(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
 }
 
 // Close implements Port: the TAP device (or veth pair) goes away, and a
