@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/frame/gso"
+	"github.com/vmbusd/vmbusd/rawio"
 )
 
 // Queue is one TAP queue (one fd of a multi-queue TAP). It is a
@@ -167,7 +167,7 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		if q.d.vnet {
 			p.Prepend(vnetHdrLen)
 		}
-		k, err := rawRead(q.fd, p.Buffer())
+		k, err := rawio.Read(q.fd, p.Buffer())
 		if err != nil || k <= 0 {
 			q.dry = err == unix.EAGAIN
 			p.Free()
@@ -182,7 +182,7 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 // readOnce is the RawConn read callback: one non-blocking read; false
 // asks the poller to wait for readability.
 func (q *Queue) readOnce(fd uintptr) bool {
-	k, err := rawRead(int(fd), q.readPkt.Buffer())
+	k, err := rawio.Read(int(fd), q.readPkt.Buffer())
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return false
 	}
@@ -372,9 +372,9 @@ func (q *Queue) writeOne(w *groWrite) {
 		total += len(d)
 	}
 	n := len(w.members)
-	_, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(q.fd), uintptr(unsafe.Pointer(&q.iov[0])), uintptr(n))
+	_, err := rawio.Writev(q.fd, q.iov[:n])
 	clear(q.iov[:n])
-	if e != 0 {
+	if err != nil {
 		q.TxDrops.Add(uint64(n))
 		return
 	}
@@ -423,7 +423,7 @@ func (q *Queue) writeCut(p *frame.Packet) {
 
 // write writes one frame (frames of it: for the counters).
 func (q *Queue) write(b []byte, frames uint64) {
-	if _, err := rawWrite(q.fd, b); err != nil {
+	if _, err := rawio.Write(q.fd, b); err != nil {
 		q.TxDrops.Add(frames)
 		return
 	}
@@ -433,36 +433,3 @@ func (q *Queue) write(b []byte, frames uint64) {
 
 // WaitTx returns at once: TxBurst never refuses.
 func (q *Queue) WaitTx(ctx context.Context) error { return ctx.Err() }
-
-// The queue's reads and writes never block (the fd is non-blocking, and a
-// TAP write does not wait: the kernel queues or drops), but a 64 KiB one
-// runs the kernel's receive path or copies for tens of microseconds. Made
-// through syscall.Syscall, that is long enough for the runtime's monitor
-// to take the P away and start another thread for it, and the goroutine
-// then waits for a P when the call returns: two thread wake-ups per large
-// frame on a busy machine. A raw system call keeps the P, as a Go function
-// running as long would.
-
-// rawRead is read(2) without the scheduler's system-call bookkeeping.
-func rawRead(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
-
-// rawWrite is write(2) without the scheduler's system-call bookkeeping.
-func rawWrite(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}

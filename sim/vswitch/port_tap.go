@@ -36,7 +36,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/hoptrace"
+	"github.com/vmbusd/vmbusd/rawio"
 )
 
 // TAPConfig describes a kernel port.
@@ -455,7 +455,7 @@ func (t *TAP) deliver(r *tapReader) {
 func (t *TAP) readBatch(r *tapReader, fd int) bool {
 	for len(r.frames) < tapMaxBatch-64 && len(r.slab)-r.pos >= 2*tapReadMax+4096 {
 		buf := r.slab[r.pos : r.pos+tapReadMax]
-		n, err := rawRead(fd, buf)
+		n, err := rawio.Read(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
@@ -575,7 +575,7 @@ const tapMaxMerge = 64
 func (w *tapWriter) write(fd uintptr) {
 	w.err = nil
 	if !w.vnet {
-		_, w.err = rawWrite(int(fd), w.parts[0])
+		_, w.err = rawio.Write(int(fd), w.parts[0])
 		return
 	}
 	w.iov[0].Base = &w.hdr[0]
@@ -588,10 +588,7 @@ func (w *tapWriter) write(fd uintptr) {
 			n++
 		}
 	}
-	_, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(n))
-	if e != 0 {
-		w.err = e
-	}
+	_, w.err = rawio.Writev(int(fd), w.iov[:n])
 	clear(w.iov[:n])
 }
 
@@ -778,36 +775,6 @@ func putVnetHdr(h *[vnetHdrLen]byte, f []byte, o FrameOffload) {
 	}
 	binary.LittleEndian.PutUint16(h[2:], uint16(int(o.CsumStart)+int(f[o.CsumStart+12]>>4)*4))
 	binary.LittleEndian.PutUint16(h[4:], o.MSS)
-}
-
-// The port's reads and writes never block (the fd is non-blocking; a TAP
-// or packet-socket write queues or drops), but one of 64 KiB runs the
-// kernel's receive path for tens of microseconds: through syscall.Syscall
-// the runtime's monitor takes the P away meanwhile and wakes another
-// thread for it, twice per large frame. Raw system calls keep the P.
-
-// rawRead is read(2) without the scheduler's system-call bookkeeping.
-func rawRead(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
-
-// rawWrite is write(2) without the scheduler's system-call bookkeeping.
-func rawWrite(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
 }
 
 // Close implements Port: the TAP device (or veth pair) goes away, and a
