@@ -53,7 +53,8 @@ func testLatency() error {
 	}
 	defer os.Remove(stampPath)
 	defer stamps.Close()
-	h, err := startHost("-port", "tap", "-netns", hns, "-addr", "10.87.0.1/24", "-maxq", "2", "-stamps", stampPath)
+	h, err := startHost("-port", "tap", "-netns", hns, "-addr", "10.87.0.1/24", "-maxq", "2", "-stamps", stampPath,
+		"-cpuprofile", *hostProf, "-trace", *hostTrace)
 	if err != nil {
 		return err
 	}
