@@ -21,6 +21,7 @@ const (
 	GuestSignal               // guest: request in the outbound ring, host signalled
 	HostScan                  // host: monitor scan found the guest's bit
 	HostTAPWrite              // host: request written to the host's TAP
+	ServerEcho                // server: request read (after the host's TAP write returned), response about to be written
 	HostTAPRead               // host: response read from the host's TAP
 	HostSignal                // host: response in the inbound ring, guest interrupted
 	GuestWake                 // guest: interrupt read, channel waiters notified
@@ -31,7 +32,7 @@ const (
 
 var stageNames = [NumStages]string{
 	"client send", "guest TAP read", "guest ring write + signal", "host monitor scan",
-	"host TAP write", "host TAP read (response)", "host ring write + interrupt",
+	"host TAP write", "server echo", "host TAP read (response)", "host ring write + interrupt",
 	"guest interrupt wake-up", "guest receive (ring read)", "client receive (TAP write + socket)",
 }
 
@@ -51,11 +52,14 @@ var after = [NumStages]Stage{
 	GuestSignal:  GuestTAPRead,
 	HostScan:     GuestTAPRead,
 	HostTAPWrite: GuestTAPRead,
-	HostTAPRead:  HostTAPWrite,
-	HostSignal:   HostTAPRead,
-	GuestWake:    HostSignal,
-	GuestRx:      HostTAPRead,
-	ClientRecv:   -1,
+	// The host's TAP write delivers the request: a server that runs
+	// before the write returns has its hop inside the write's.
+	ServerEcho:  HostTAPWrite,
+	HostTAPRead: HostTAPWrite,
+	HostSignal:  HostTAPRead,
+	GuestWake:   HostSignal,
+	GuestRx:     HostTAPRead,
+	ClientRecv:  -1,
 }
 
 // until is the hop that closes a stage's window (-1: none).
@@ -65,6 +69,7 @@ var until = [NumStages]Stage{
 	GuestSignal:  HostTAPWrite,
 	HostScan:     HostTAPWrite,
 	HostTAPWrite: -1,
+	ServerEcho:   HostTAPRead,
 	HostTAPRead:  GuestRx,
 	HostSignal:   GuestRx,
 	GuestWake:    GuestRx,

@@ -34,6 +34,15 @@ func TestStampRules(t *testing.T) {
 		{"a signal after its leg closed is not the request's",
 			[]ev{{ClientSend, 10}, {GuestTAPRead, 20}, {HostTAPWrite, 40}, {GuestSignal, 90}},
 			map[Stage]int64{ClientSend: 10, GuestTAPRead: 20, HostTAPWrite: 40}},
+		{"a server that answers inside the host's TAP write has no hop of its own",
+			[]ev{{ClientSend, 10}, {GuestTAPRead, 20}, {ServerEcho, 35}, {HostTAPWrite, 40}, {HostTAPRead, 60}},
+			map[Stage]int64{ClientSend: 10, GuestTAPRead: 20, HostTAPWrite: 40, HostTAPRead: 60}},
+		{"the server's hop lies between the host's TAP write and read",
+			[]ev{{ClientSend, 10}, {GuestTAPRead, 20}, {HostTAPWrite, 40}, {ServerEcho, 50}, {HostTAPRead, 60}},
+			map[Stage]int64{ClientSend: 10, GuestTAPRead: 20, HostTAPWrite: 40, ServerEcho: 50, HostTAPRead: 60}},
+		{"a server stamp after the host read the response is dropped",
+			[]ev{{ClientSend, 10}, {GuestTAPRead, 20}, {HostTAPWrite, 40}, {HostTAPRead, 60}, {ServerEcho, 65}},
+			map[Stage]int64{ClientSend: 10, GuestTAPRead: 20, HostTAPWrite: 40, HostTAPRead: 60}},
 		{"the interrupt follows the host's signal only",
 			[]ev{{ClientSend, 10}, {GuestTAPRead, 20}, {HostTAPWrite, 40}, {GuestWake, 45}, {HostTAPRead, 60}, {HostSignal, 65}, {GuestWake, 70}},
 			map[Stage]int64{ClientSend: 10, GuestTAPRead: 20, HostTAPWrite: 40, HostTAPRead: 60, HostSignal: 65, GuestWake: 70}},
@@ -61,8 +70,9 @@ func TestLegsMeasureFromTheLatestEarlierHop(t *testing.T) {
 	page[ClientSend], page[GuestTAPRead] = 100, 110
 	page[GuestSignal], page[HostScan] = 140, 130 // a stale bit found before the signal
 	page[HostTAPWrite], page[HostTAPRead], page[GuestRx], page[ClientRecv] = 200, 300, 320, 350
+	page[ServerEcho] = 260
 	legs, ok := Legs(&page)
-	want := map[Stage]int64{GuestTAPRead: 10, GuestSignal: 30, HostScan: 20, HostTAPWrite: 60, HostTAPRead: 100, GuestRx: 20, ClientRecv: 30}
+	want := map[Stage]int64{GuestTAPRead: 10, GuestSignal: 30, HostScan: 20, HostTAPWrite: 60, ServerEcho: 60, HostTAPRead: 40, GuestRx: 20, ClientRecv: 30}
 	for k := Stage(1); k < NumStages; k++ {
 		w, has := want[k]
 		if ok[k] != has || legs[k] != w {

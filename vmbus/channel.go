@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmbusd/vmbusd/hoptrace"
 )
 
@@ -153,6 +155,8 @@ type Channel struct {
 
 	trace atomic.Pointer[hoptrace.Stamps] // nil unless a latency trace runs
 
+	yield func() // between empty polls: osYield (tests count the calls)
+
 	txPackets, txBytes, txCommits, txSignals, txFullWaits counter
 	rxPackets, rxBytes, rxCommits, rxSignals              counter
 	wakeups, missed, idleWaits, shared, busyHits          counter // both sides: atomic adds
@@ -196,7 +200,7 @@ func NewChannel(cfg ChannelConfig) (*Channel, error) {
 		buf:    make([]byte, in.MaxPacket()),
 		wakeRx: make(chan struct{}, 1), wakeTx: make(chan struct{}, 1),
 		rxTimer: newStoppedTimer(), txTimer: newStoppedTimer(),
-		dead: make(chan struct{}), epoch: time.Now(),
+		dead: make(chan struct{}), epoch: time.Now(), yield: osYield,
 	}
 	if cfg.Requests > 0 {
 		c.reqs = NewRequests(cfg.Requests)
@@ -505,8 +509,9 @@ func (c *Channel) waitBusy(ctx context.Context) error {
 }
 
 // busyPoll spins on the inbound ring for up to BusyPoll, yielding now and
-// then so that goroutines sharing the P (the one sending the request, say)
-// still run; it reports whether data came.
+// then (pollYield) so that goroutines sharing the P (the one sending the
+// request, say) and threads sharing the CPU still run; it reports whether
+// data came.
 func (c *Channel) busyPoll(ctx context.Context) bool {
 	end := time.Since(c.epoch) + c.cfg.BusyPoll
 	for n := 1; ; n++ {
@@ -517,10 +522,26 @@ func (c *Channel) busyPoll(ctx context.Context) bool {
 			if time.Since(c.epoch) >= end || ctx.Err() != nil {
 				return false
 			}
-			runtime.Gosched()
+			c.pollYield()
 		}
 	}
 }
+
+// pollYield is what a spinning waiter does between rounds of empty polls:
+// it lets the goroutines of its P run (runtime.Gosched), and then the
+// threads that wait for its CPU (sched_yield). Without the second, a
+// poller that shares a core with the host or with the peer it waits for
+// keeps that core for a whole scheduler slice (milliseconds) while the
+// answer waits for it; the kernel's own busy polling likewise stops when
+// another task needs the CPU. With nothing else runnable the yield
+// returns at once.
+func (c *Channel) pollYield() {
+	runtime.Gosched()
+	c.yield()
+}
+
+// osYield gives the thread's CPU to any other runnable thread.
+func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // rxReady and txReady are the conditions the waits test; they are bound to
 // rxReadyFn and txReadyFn once, so that a wait allocates nothing.
@@ -560,7 +581,7 @@ func (c *Channel) spin(ctx context.Context, ready func() bool) error {
 			if err := c.Err(); err != nil {
 				return err
 			}
-			runtime.Gosched()
+			c.pollYield()
 		}
 	}
 	return c.check(c.ringErr())

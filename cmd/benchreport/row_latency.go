@@ -21,8 +21,9 @@ func latencyRow() row {
 			"namespace and an echo server in the host namespace (both goroutines of netbench) exchange one-byte datagrams, " +
 			"one in flight, back to back (netperf's UDP_RR), 200 warm-up rounds then the measured ones; p50/p90/p99 of " +
 			"the round trips, and the CPU of the netbench process (guest driver, client and server) and of the host over " +
-			"them. Every vmbusd round trip is traced: the client, the guest (`vmbus.Channel.SetTrace`, nictap's observer) " +
-			"and the simulated host stamp each hop's first occurrence into a shared page (hoptrace, wall clock, " +
+			"them. Every vmbusd round trip is traced: the client, the guest (`vmbus.Channel.SetTrace`, nictap's observer), " +
+			"the simulated host and the echo server (when it reads the request after the host's TAP write has returned; " +
+			"otherwise its wake-up is inside that write's hop) stamp each hop's first occurrence into a shared page (hoptrace, wall clock, " +
 			"about 0.3 µs a stamp here); a hop's time is from the latest earlier hop, so the hops of one configuration " +
 			"add up to its round trip (p50s need not). Signals and interrupts appear only when the peer was asleep " +
 			"(n says how many rounds had the hop). The simulated host shares the machine's cores with the guest, the " +

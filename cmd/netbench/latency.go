@@ -53,7 +53,8 @@ func testLatency() error {
 	}
 	defer os.Remove(stampPath)
 	defer stamps.Close()
-	h, err := startHost("-port", "tap", "-netns", hns, "-addr", "10.87.0.1/24", "-maxq", "2", "-stamps", stampPath)
+	h, err := startHost("-port", "tap", "-netns", hns, "-addr", "10.87.0.1/24", "-maxq", "2", "-stamps", stampPath,
+		"-cpuprofile", *hostProf, "-trace", *hostTrace)
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,11 @@ func testLatency() error {
 			return err
 		}
 		defer c.Close()
-		go udpEcho(c)
+		var st *hoptrace.Stamps // the veth anchor is not traced
+		if a == "10.87.0.1" {
+			st = stamps
+		}
+		go udpEcho(c, st)
 		srvs[a] = c
 	}
 	var budgets []time.Duration
@@ -224,13 +229,16 @@ func udpRounds(gns, addr string, st *hoptrace.Stamps, each func(*[hoptrace.NumSt
 	return rtts, nil
 }
 
-func udpEcho(c *net.UDPConn) {
+// udpEcho answers every datagram; with st it stamps the server's hop
+// between reading a request and writing its response.
+func udpEcho(c *net.UDPConn, st *hoptrace.Stamps) {
 	b := make([]byte, 2048)
 	for {
 		n, from, err := c.ReadFromUDPAddrPort(b)
 		if err != nil {
 			return
 		}
+		st.Stamp(hoptrace.ServerEcho)
 		c.WriteToUDPAddrPort(b[:n], from)
 	}
 }
