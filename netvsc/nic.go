@@ -589,7 +589,7 @@ func newQueue(s *session, idx int, ch *vmbus.Channel) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{
-		s: s, idx: idx, ch: ch, pool: pool, vf: s.nic.vfQueue(idx),
+		s: s, idx: idx, ch: ch, pool: pool, vf: s.nic.vfQueue(idx), yield: ch.PollYield,
 	}
 	q.rx.init(cfg.RxStage)
 	q.tx.init(s.mtu)

@@ -78,6 +78,9 @@ type Queue struct {
 	ch   *vmbus.Channel
 	pool *frame.Pool
 	vf   *vfQueue // the VF path (vf_path.go); nil with Config.VF off
+	// yield is Poll mode's pause between rounds of empty polls:
+	// ch.PollYield (tests count the calls).
+	yield func()
 
 	txMu  sync.Mutex // tx
 	inMu  sync.Mutex // the inbound ring, the drain, rx, tx's completion side

@@ -2,7 +2,6 @@ package netvsc
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,11 +215,13 @@ func (q *Queue) Wait(ctx context.Context) error {
 				if q.acks.pending() {
 					q.sendAcks(false)
 				}
-				// Busy polling wants a P of its own: with GOMAXPROCS no
-				// larger than the polling queues, fd-driven goroutines
-				// (TAP readers, the interrupt loop) wait for sysmon's
-				// netpoll (~10 ms). Yield so that GOMAXPROCS=1 works.
-				runtime.Gosched()
+				// Busy polling wants a P and a core of its own: with
+				// GOMAXPROCS no larger than the polling queues, fd-driven
+				// goroutines (TAP readers, the interrupt loop) wait for
+				// sysmon's netpoll (~10 ms), and a thread sharing the
+				// core (the host, the peer that answers) waits out the
+				// poller's scheduler slice. Yield both (PollYield).
+				q.yield()
 			}
 		}
 	case Hybrid:

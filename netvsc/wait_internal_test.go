@@ -154,3 +154,62 @@ func TestHybridStopsPollingWhenItDoesNotPay(t *testing.T) {
 			maxSpinShift+2, b, q.w.spin.shift.Load())
 	}
 }
+
+// TestPollModeYieldsTheCPU: a Poll-mode Wait on an empty ring yields
+// (PollYield: the goroutines of its P, then its thread's core) between
+// rounds of polls, so that a host or peer sharing its core can answer.
+// The stand-in yield has the host deliver a frame on its third call: the
+// Wait returns only if it yields, and the context ends it otherwise.
+func TestPollModeYieldsTheCPU(t *testing.T) {
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A generous bound, not a measurement: without yields the Wait spins
+	// until it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Open(ctx, dev, Config{Mode: Poll, PoolPackets: 64, ControlTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	q := n.Queues()[0]
+	pkts := make([]*frame.Packet, 8)
+
+	f := make([]byte, 64)
+	copy(f, n.MAC())
+	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 1})
+	f[12], f[13] = 0x08, 0x00
+	yields := 0
+	q.yield = func() {
+		yields++
+		if yields == 3 {
+			if k := sn.Deliver([][]byte{f}); k != 1 {
+				t.Errorf("host took %d frames", k)
+			}
+		}
+	}
+	// Other inbound messages (an indication) may end a Wait early; only
+	// the frame ends the loop.
+	k := 0
+	for k == 0 {
+		if err := q.Wait(ctx); err != nil {
+			t.Fatalf("poll-mode wait: %v after %d yields", err, yields)
+		}
+		k = q.RxBurst(pkts)
+	}
+	if k != 1 || yields < 3 {
+		t.Fatalf("received %d frames after %d yields, want the one the third yield delivered", k, yields)
+	}
+	frame.PutBurst(pkts[:k])
+}

@@ -509,7 +509,7 @@ func (c *Channel) waitBusy(ctx context.Context) error {
 }
 
 // busyPoll spins on the inbound ring for up to BusyPoll, yielding now and
-// then (pollYield) so that goroutines sharing the P (the one sending the
+// then (PollYield) so that goroutines sharing the P (the one sending the
 // request, say) and threads sharing the CPU still run; it reports whether
 // data came.
 func (c *Channel) busyPoll(ctx context.Context) bool {
@@ -522,12 +522,13 @@ func (c *Channel) busyPoll(ctx context.Context) bool {
 			if time.Since(c.epoch) >= end || ctx.Err() != nil {
 				return false
 			}
-			c.pollYield()
+			c.PollYield()
 		}
 	}
 }
 
-// pollYield is what a spinning waiter does between rounds of empty polls:
+// PollYield is what a spinning waiter does between rounds of empty polls
+// (the channel's own busy polling, and a driver's poll loop over it):
 // it lets the goroutines of its P run (runtime.Gosched), and then the
 // threads that wait for its CPU (sched_yield). Without the second, a
 // poller that shares a core with the host or with the peer it waits for
@@ -535,7 +536,7 @@ func (c *Channel) busyPoll(ctx context.Context) bool {
 // answer waits for it; the kernel's own busy polling likewise stops when
 // another task needs the CPU. With nothing else runnable the yield
 // returns at once.
-func (c *Channel) pollYield() {
+func (c *Channel) PollYield() {
 	runtime.Gosched()
 	c.yield()
 }
@@ -581,7 +582,7 @@ func (c *Channel) spin(ctx context.Context, ready func() bool) error {
 			if err := c.Err(); err != nil {
 				return err
 			}
-			c.pollYield()
+			c.PollYield()
 		}
 	}
 	return c.check(c.ringErr())
