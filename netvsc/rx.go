@@ -224,6 +224,13 @@ type rxPath struct {
 	freshN  int
 	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
 	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
+	// inPos is the inbound-ring bytes the drain has read (packets and
+	// trailers), at where the packet being handled starts: the positions
+	// completions.reused compares.
+	inPos, at uint64
+	// unacked is the ranges of transfer pages the drain read since it
+	// last sent completions (ackRanges).
+	unacked int
 
 	// held is a ring of frames parsed but left in the receive buffer:
 	// when one arrived there was no pool packet or staging slot for it
