@@ -59,11 +59,9 @@ import (
 //     otherwise the holder's drain hands the answer over (c.ready).
 //   - vfManager.waitActive (vf_pair.go): TryLock queue 0's inMu to drain
 //     the association while nobody receives yet.
-//   - sendAcksDrain (a drain, holding inMu, once the transfer pages read
-//     since its last send reach ackRanges frames, and at its end): TryLock
-//     outMu; when a TxBurst, WaitTx or control send holds it, the
-//     completions stay owed and the holder (TxBurst, WaitTx) or the next
-//     drain or sleep sends them.
+//   - sendAcksDrain (a drain, holding inMu): TryLock outMu; when a TxBurst,
+//     WaitTx or control send holds it, the completions stay owed and the
+//     holder (TxBurst, WaitTx) or the next drain or sleep sends them.
 //
 // Blocking takes are inMu by RxBurst and Wait (their own lock), outMu by
 // every sender, and all three by the VF manager's barriers and teardown.
@@ -108,15 +106,6 @@ const gpaSlots = 256
 // burstMax bounds the ring packets one drain reads before committing, so
 // the host gets its space back while a long backlog is worked through.
 const burstMax = 512
-
-// ackRanges is how many received ranges (frames) a drain lets its owed
-// completions cover before it sends them, without waiting for its end:
-// the host refills only the sub-allocations it got back, and a long drain
-// would leave it idle until the drain ends. A transfer page of a busy
-// host carries hundreds (each is sent at once); small ones are sent every
-// ackRanges frames, so that a signal to a sleeping host costs at most one
-// per that many frames.
-const ackRanges = 64
 
 // ringTrailer is the 8 bytes that follow every packet in a VMBus ring
 // (the sender's write index), counted in rxPath.inPos.
@@ -189,7 +178,7 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 // packets, then again after committing), handling every packet. inMu is
 // held.
 func (q *Queue) drainLocked() {
-	s, r := q.s, &q.rx
+	s := q.s
 	work := false
 	for q.ch.Err() == nil {
 		n := 0
@@ -205,13 +194,6 @@ func (q *Queue) drainLocked() {
 			if err := q.handle(&p); err != nil {
 				s.fail(err)
 				return
-			}
-			// Complete while the drain goes on: the host refills the
-			// sub-allocations while we copy the rest.
-			if p.Type == vmbus.PacketTransferPage {
-				if r.unacked += p.RangeCount(); r.unacked >= ackRanges {
-					q.sendAcksDrain(false)
-				}
 			}
 		}
 		if n > 0 {
@@ -371,7 +353,6 @@ func (q *Queue) sendAcksMarked(wait, mark bool) {
 		// Loaded before Flush publishes the completions: whatever the
 		// host had published by now it wrote before it could read them.
 		at = q.rx.inPos + uint64(q.ch.In().Available())
-		q.rx.unacked = 0
 	}
 	q.sendAcksAt(at)
 	if err := q.ch.Flush(); err != nil {

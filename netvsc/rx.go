@@ -228,9 +228,6 @@ type rxPath struct {
 	// trailers), at where the packet being handled starts: the positions
 	// completions.reused compares.
 	inPos, at uint64
-	// unacked is the ranges of transfer pages the drain read since it
-	// last sent completions (ackRanges).
-	unacked int
 
 	// held is a ring of frames parsed but left in the receive buffer:
 	// when one arrived there was no pool packet or staging slot for it
