@@ -23,12 +23,19 @@ type completions struct {
 	// transmit-only queue the answer is always no.
 	n   atomic.Int32
 	msg []byte // the SEND_RNDIS_PKT_COMPLETE every completion carries
+	// sentAt is, per tid, the inbound-ring position (rxPath.inPos) the
+	// host had published when the tid's last completion was: a packet
+	// that starts before it was written before the host could read that
+	// completion, so it cannot reuse the tid (reused). 0 when the sender
+	// did not know the position (a TxBurst, not holding inMu).
+	sentAt []uint64
 }
 
 // init sizes the ring for count sub-allocations.
 func (a *completions) init(count uint32) {
 	a.mu.Lock()
 	a.owed.init(count)
+	a.sentAt = make([]uint64, count)
 	a.n.Store(0)
 	a.mu.Unlock()
 }
@@ -37,6 +44,17 @@ func (a *completions) init(count uint32) {
 func (a *completions) owes(tid uint32) bool {
 	a.mu.Lock()
 	v := a.owed.owes(tid)
+	a.mu.Unlock()
+	return v
+}
+
+// reused reports whether a transfer page with tid that starts at
+// inbound-ring position pos reuses the tid before the host can have read
+// its completion: the tid is owed, or its last completion was published
+// after the host had written the packet (pos below the sentAt mark).
+func (a *completions) reused(tid uint32, pos uint64) bool {
+	a.mu.Lock()
+	v := a.owed.owes(tid) || (int(tid) < len(a.sentAt) && pos < a.sentAt[tid])
 	a.mu.Unlock()
 	return v
 }
@@ -60,8 +78,10 @@ func (a *completions) pending() bool { return a.n.Load() > 0 }
 // and returns how many; outMu is held. It stops at the first error (a
 // *vmbus.RingFullError: the rest stay owed). A tid stops being owed once
 // its completion is in the ring: the host may hand it out again only
-// after reading it.
-func (a *completions) send(ch *vmbus.Channel) (int, error) {
+// after reading it, so a packet of the inbound ring before mark (the
+// position the host had published before these completions are; 0:
+// unknown) reusing it is still a violation (reused).
+func (a *completions) send(ch *vmbus.Channel, mark uint64) (int, error) {
 	if a.n.Load() == 0 {
 		return 0, nil
 	}
@@ -70,9 +90,11 @@ func (a *completions) send(ch *vmbus.Channel) (int, error) {
 	sent := 0
 	var err error
 	for a.owed.len() > 0 {
-		if err = ch.SendCompletion(uint64(a.owed.oldest()), a.msg); err != nil {
+		tid := a.owed.oldest()
+		if err = ch.SendCompletion(uint64(tid), a.msg); err != nil {
 			break
 		}
+		a.sentAt[tid] = mark
 		a.owed.done()
 		sent++
 	}

@@ -246,3 +246,116 @@ func TestCompletionWaitsForEveryRange(t *testing.T) {
 		t.Errorf("completions %d while the packet was read, %v after it; want none, then [%d]", early, after, tid)
 	}
 }
+
+// TestReuseBeforeTheHostCouldReadIsDuplicate: once a drain has put a
+// completion in the outbound ring the tid is no longer owed, yet a host
+// can hand it out again only after reading that completion. A transfer
+// page the host had published before the completion went out and that
+// reuses its tid is a duplicate all the same; one published after the
+// host read it is not.
+func TestReuseBeforeTheHostCouldReadIsDuplicate(t *testing.T) {
+	const (
+		count = 8
+		sub   = 2048
+		tid   = 5
+	)
+	for _, tc := range []struct {
+		name      string
+		afterRead bool // the host writes the second packet after reading the completion
+	}{
+		{"published before the completion", false},
+		{"published after the host read it", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg := vmbus.DataOffset()
+			const ringSize = 64 << 10
+			mem := make([]byte, 2*(pg+ringSize))
+			split := pg + ringSize
+			for _, half := range [][]byte{mem[:split], mem[split:]} {
+				if err := vmbus.InitRingHeader(half); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ch, err := vmbus.NewChannel(vmbus.ChannelConfig{Ring: mem, Split: split, Signaler: nopSignaler{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hostIn, err := vmbus.NewInRing(mem[:split], 0) // our outbound ring
+			if err != nil {
+				t.Fatal(err)
+			}
+			hostOut, err := vmbus.NewOutRing(mem[split:]) // our inbound ring
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &session{subAllocs: count, recv: make([]byte, count*sub), dead: make(chan struct{}),
+				log: slog.New(slog.DiscardHandler), nic: &NIC{}}
+			q := &Queue{s: s, ch: ch, rx: rxPath{scratch: make([]byte, maxControlMessage)},
+				acks: completions{msg: nvsp.RNDISComplete{Status: nvsp.StatusSuccess}.Marshal(nil)}}
+			q.initAcks()
+			n, err := rndis.PutPacket(s.recv[tid*sub:], nil, make([]byte, 100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hdr := vmbus.TransferPageHeader(nil, nvsp.RecvBufID, 1)
+			hdr = vmbus.AppendTransferRange(hdr, uint32(n), tid*sub)
+			for len(hdr)%8 != 0 {
+				hdr = append(hdr, 0)
+			}
+			send := func() {
+				if err := hostOut.Write(vmbus.PacketTransferPage, vmbus.FlagCompletionRequested, tid, hdr, nvspData); err != nil {
+					t.Fatal(err)
+				}
+				hostOut.Commit()
+			}
+			read := func() []uint64 {
+				var tids []uint64
+				buf := make([]byte, hostIn.MaxPacket())
+				for {
+					p, err := hostIn.Read(buf)
+					if err == vmbus.ErrRingEmpty {
+						hostIn.Commit()
+						return tids
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					tids = append(tids, p.TransID)
+				}
+			}
+			handleNext := func() error {
+				p, err := q.recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return q.handle(&p)
+			}
+
+			send()
+			if !tc.afterRead {
+				send()
+			}
+			if err := handleNext(); err != nil {
+				t.Fatal(err)
+			}
+			q.sendAcksDrain(true)
+			if q.acks.owes(tid) {
+				t.Fatal("the tid is still owed after its completion was sent")
+			}
+			if tc.afterRead {
+				if got := read(); len(got) != 1 || got[0] != tid {
+					t.Fatalf("the host read completions %v, want [%d]", got, tid)
+				}
+				send()
+			}
+			err = handleNext()
+			if tc.afterRead {
+				if err != nil {
+					t.Fatalf("reuse after the host read the completion: %v", err)
+				}
+				return
+			}
+			wantKind(t, err, protoerr.KindDuplicateTID)
+		})
+	}
+}

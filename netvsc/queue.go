@@ -59,7 +59,7 @@ import (
 //     otherwise the holder's drain hands the answer over (c.ready).
 //   - vfManager.waitActive (vf_pair.go): TryLock queue 0's inMu to drain
 //     the association while nobody receives yet.
-//   - sendAcks (a drain, holding inMu): TryLock outMu; when a TxBurst,
+//   - sendAcksDrain (a drain, holding inMu): TryLock outMu; when a TxBurst,
 //     WaitTx or control send holds it, the completions stay owed and the
 //     holder (TxBurst, WaitTx) or the next drain or sleep sends them.
 //
@@ -110,6 +110,10 @@ const gpaSlots = 256
 // the host gets its space back while a long backlog is worked through.
 const burstMax = 512
 
+// ringTrailer is the 8 bytes that follow every packet in a VMBus ring
+// (the sender's write index), counted in rxPath.inPos.
+const ringTrailer = 8
+
 var epoch = time.Now()
 
 func nanotime() int64 { return int64(time.Since(epoch)) }
@@ -157,7 +161,7 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 		if err != nil {
 			q.s.fail(err)
 		} else if k > 0 {
-			q.sendAcks(false) // the host waits for them to refill its buffer
+			q.sendAcksDrain(false) // the host waits for them to refill its buffer
 		}
 	}
 	if n < len(pkts) {
@@ -182,7 +186,7 @@ func (q *Queue) drainLocked() {
 	for q.ch.Err() == nil {
 		n := 0
 		for ; n < burstMax; n++ {
-			p, err := q.ch.Recv()
+			p, err := q.recv()
 			if err == vmbus.ErrRingEmpty {
 				break
 			}
@@ -202,7 +206,7 @@ func (q *Queue) drainLocked() {
 				return
 			}
 		}
-		q.sendAcks(false)
+		q.sendAcksDrain(false)
 		if n < burstMax {
 			break
 		}
@@ -211,6 +215,17 @@ func (q *Queue) drainLocked() {
 		q.rx.lastRx.Store(nanotime())
 		q.w.wakeTx()
 	}
+}
+
+// recv reads the next inbound packet and notes where in the ring it
+// starts (rxPath.at, for completions.reused). inMu is held.
+func (q *Queue) recv() (vmbus.Packet, error) {
+	p, err := q.ch.Recv()
+	if err == nil {
+		q.rx.at = q.rx.inPos
+		q.rx.inPos += uint64(p.Len8)*8 + ringTrailer
+	}
+	return p, err
 }
 
 // handle dispatches one inbound packet.
@@ -231,7 +246,7 @@ func (q *Queue) handle(p *vmbus.Packet) error {
 		// A tid whose frames are held is owed as well, only later.
 		tid := uint32(p.TransID)
 		r := &q.rx
-		if r.holds(tid) || q.acks.owes(tid) {
+		if r.holds(tid) || q.acks.reused(tid, r.at) {
 			return protoerr.New("XFER_PAGES", protoerr.KindDuplicateTID, "transaction_id", p.TransID)
 		}
 		r.xfer, r.xferN = tid, 0
@@ -315,7 +330,15 @@ func sendStatus(b []byte) (nvsp.Status, error) {
 // sendAcks sends the receive completions owed, if outMu is free (or
 // always, when wait is set). A full ring leaves them for later
 // (rx_comp_busy): the next drain, burst or Wait retries.
-func (q *Queue) sendAcks(wait bool) {
+func (q *Queue) sendAcks(wait bool) { q.sendAcksMarked(wait, false) }
+
+// sendAcksDrain is sendAcks for the holder of inMu, which knows where the
+// host's writes to the inbound ring stood before the completions went
+// out: a transfer page written before that and reusing one of their tids
+// stays a violation (completions.reused).
+func (q *Queue) sendAcksDrain(wait bool) { q.sendAcksMarked(wait, true) }
+
+func (q *Queue) sendAcksMarked(wait, mark bool) {
 	if !q.acks.pending() {
 		return
 	}
@@ -328,7 +351,13 @@ func (q *Queue) sendAcks(wait bool) {
 		q.outMu.Unlock()
 		return
 	}
-	q.sendAcksLocked()
+	var at uint64
+	if mark {
+		// Loaded before Flush publishes the completions: whatever the
+		// host had published by now it wrote before it could read them.
+		at = q.rx.inPos + uint64(q.ch.In().Available())
+	}
+	q.sendAcksAt(at)
 	if err := q.ch.Flush(); err != nil {
 		q.s.fail(err)
 	}
@@ -337,8 +366,12 @@ func (q *Queue) sendAcks(wait bool) {
 
 // sendAcksLocked writes the owed completions, oldest first; outMu is
 // held.
-func (q *Queue) sendAcksLocked() {
-	sent, err := q.acks.send(q.ch)
+func (q *Queue) sendAcksLocked() { q.sendAcksAt(0) }
+
+// sendAcksAt writes the owed completions, marked with the inbound-ring
+// position at (0: unknown); outMu is held.
+func (q *Queue) sendAcksAt(at uint64) {
+	sent, err := q.acks.send(q.ch, at)
 	if sent > 0 {
 		q.c.rxCompSent.add(uint64(sent))
 	}

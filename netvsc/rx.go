@@ -224,6 +224,10 @@ type rxPath struct {
 	freshN  int
 	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
 	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
+	// inPos is the inbound-ring bytes the drain has read (packets and
+	// trailers), at where the packet being handled starts: the positions
+	// completions.reused compares.
+	inPos, at uint64
 
 	// held is a ring of frames parsed but left in the receive buffer:
 	// when one arrived there was no pool packet or staging slot for it
