@@ -84,26 +84,9 @@ func TestSpinBudgetAdapts(t *testing.T) {
 // after every such sleep and then not at all. PollBudget is 1 ns, so no
 // frame can come within it: no wall-clock threshold is involved.
 func TestHybridStopsPollingWhenItDoesNotPay(t *testing.T) {
-	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := Open(ctx, dev, Config{Mode: Hybrid, PollBudget: time.Nanosecond, PoolPackets: 64, ControlTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
 	q := n.Queues()[0]
 
 	got := make(chan int, 1)
@@ -126,10 +109,7 @@ func TestHybridStopsPollingWhenItDoesNotPay(t *testing.T) {
 	}()
 	defer func() { rcancel(); <-done }()
 
-	f := make([]byte, 64)
-	copy(f, n.MAC())
-	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 1})
-	f[12], f[13] = 0x08, 0x00
+	f := frameTo(n.MAC())
 	var sleeps uint64 // the receiver's sleeps when the last frame went
 	for i := range maxSpinShift + 2 {
 		// Send only once the receiver is on its way to sleep again.
@@ -161,35 +141,15 @@ func TestHybridStopsPollingWhenItDoesNotPay(t *testing.T) {
 // The stand-in yield has the host deliver a frame on its third call: the
 // Wait returns only if it yields, and the context ends it otherwise.
 func TestPollModeYieldsTheCPU(t *testing.T) {
-	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A generous bound, not a measurement: without yields the Wait spins
 	// until it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := Open(ctx, dev, Config{Mode: Poll, PoolPackets: 64, ControlTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	sn, n := openWaitNIC(t, ctx, Config{Mode: Poll})
 	q := n.Queues()[0]
 	pkts := make([]*frame.Packet, 8)
 
-	f := make([]byte, 64)
-	copy(f, n.MAC())
-	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 1})
-	f[12], f[13] = 0x08, 0x00
+	f := frameTo(n.MAC())
 	yields := 0
 	q.yield = func() {
 		yields++
@@ -212,4 +172,39 @@ func TestPollModeYieldsTheCPU(t *testing.T) {
 		t.Fatalf("received %d frames after %d yields, want the one the third yield delivered", k, yields)
 	}
 	frame.PutBurst(pkts[:k])
+}
+
+// openWaitNIC opens a one-queue NIC with cfg (64 pool packets, a 10 s
+// control timeout) on a fresh simulated host; both close at cleanup.
+func openWaitNIC(t *testing.T, ctx context.Context, cfg Config) (*sim.NIC, *NIC) {
+	t.Helper()
+	h, err := sim.New(sim.Config{Root: t.TempDir(), Profile: sim.DefaultProfile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	sn, err := h.AddNIC(sim.NICConfig{RingSize: 256 << 10, RecvBuffer: 4 << 20, SendBuffer: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := vmbus.LookupDevice(h.Root(), sn.Device().Instance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.PoolPackets, cfg.ControlTimeout = 64, 10*time.Second
+	n, err := Open(ctx, dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return sn, n
+}
+
+// frameTo is a 64-byte IPv4 frame for mac from a local address.
+func frameTo(mac []byte) []byte {
+	f := make([]byte, 64)
+	copy(f, mac)
+	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 1})
+	f[12], f[13] = 0x08, 0x00
+	return f
 }
