@@ -69,6 +69,9 @@ func openChar(info Info, path string, opts Options) (*Device, error) {
 			unix.Close(fd)
 			return nil, fmt.Errorf("uio: open %s: map%d %q: %w", path, m.Index, m.Name, err)
 		}
+		if opts.prefaults(m) {
+			prefault(mem)
+		}
 		mems = append(mems, mem)
 	}
 	// Non-blocking, so os.NewFile registers it with the netpoller.
@@ -137,6 +140,9 @@ func takeHello(conn *net.UnixConn, info Info, opts Options, deadline time.Time, 
 		if err != nil {
 			munmapAll(mems)
 			return nil, err
+		}
+		if opts.prefaults(m) {
+			prefault(mem)
 		}
 		mems = append(mems, mem)
 	}

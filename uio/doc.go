@@ -12,7 +12,8 @@
 //   - the device node R/dev/uioN, which is either the kernel's character
 //     device or the simulated host's SOCK_SEQPACKET socket (docs/uio-contract.md
 //     §3); the two are told apart with stat;
-//   - mmap of every map (MAP_SHARED), the 4-byte cumulative interrupt count
+//   - mmap of every map (MAP_SHARED; the ones Options.Prefault names
+//     mapped in full at open), the 4-byte cumulative interrupt count
 //     read (docs/protocol/vmbus-ring.md §1.5), the 4-byte irqcontrol write (§1.4), rescind (§1.9);
 //   - sub-channel ring files, channels/<relid>/ring (§1.7).
 //

@@ -41,6 +41,16 @@ func mmapShared(fd int, off int64, size uint64) ([]byte, error) {
 	return mem, nil
 }
 
+// prefault maps every page of mem writable now (MADV_POPULATE_WRITE),
+// best effort: a kernel before 5.14, or a mapping the kernel filled at
+// mmap (VM_PFNMAP), refuses it and the pages fault in on first touch as
+// before (Options.Prefault).
+func prefault(mem []byte) {
+	if len(mem) > 0 {
+		unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
+	}
+}
+
 // trimMap returns mem cut to the sysfs size, with the capacity cut too so
 // an append cannot reach the rest of the last page.
 func trimMap(mem []byte, size uint64) []byte { return mem[:size:size] }

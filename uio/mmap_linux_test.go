@@ -1,8 +1,10 @@
 package uio
 
 import (
+	"encoding/binary"
 	"os"
 	"testing"
+	"unsafe"
 )
 
 func TestCharMapOffsetIsIndexPages(t *testing.T) {
@@ -67,5 +69,62 @@ func TestMmapSharedAtOffset(t *testing.T) {
 	}
 	if err := munmap(mem); err != nil {
 		t.Errorf("munmap: %v", err)
+	}
+}
+
+// residentPages counts the pages of mem that have a page-table entry now
+// (/proc/self/pagemap bit 63), without touching them.
+func residentPages(t *testing.T, mem []byte) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		t.Skipf("pagemap: %v", err)
+	}
+	defer f.Close()
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(mem))) / page
+	n := (uintptr(len(mem)) + page - 1) / page
+	buf := make([]byte, 8*n)
+	if _, err := f.ReadAt(buf, int64(start*8)); err != nil {
+		t.Fatalf("pagemap: %v", err)
+	}
+	present := 0
+	for i := range n {
+		if binary.LittleEndian.Uint64(buf[8*i:])&(1<<63) != 0 {
+			present++
+		}
+	}
+	return present
+}
+
+// TestOpenPrefaults: the maps Options.Prefault names (a prefix with ":",
+// or a whole name) are mapped in full at Open, so their first touch does
+// not fault; the others keep the kernel's lazy default.
+func TestOpenPrefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		prefault []string
+		want     map[string]bool // maps mapped in full; the rest not at all
+	}{
+		{"none", nil, map[string]bool{}},
+		{"buffers by prefix", []string{"recv:", "send:"}, map[string]bool{"recv:925201": true, "send:925202": true}},
+		{"a whole name", []string{"int_page"}, map[string]bool{"int_page": true}},
+		{"a prefix without its colon matches nothing", []string{"recv"}, map[string]bool{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTestHost(t, nicMaps)
+			d, _ := h.open(t, Options{Prefault: tc.prefault})
+			for _, m := range d.Info().Maps {
+				mem := d.Map(m.Name)
+				pages := (len(mem) + os.Getpagesize() - 1) / os.Getpagesize()
+				got, want := residentPages(t, mem), 0
+				if tc.want[m.Name] {
+					want = pages
+				}
+				if got != want {
+					t.Errorf("%s: %d of %d pages mapped after Open, want %d", m.Name, got, pages, want)
+				}
+			}
+		})
 	}
 }

@@ -156,6 +156,12 @@ type Channel struct {
 	trace atomic.Pointer[hoptrace.Stamps] // nil unless a latency trace runs
 
 	yield func() // between empty polls: osYield (tests count the calls)
+	// PollYield's runtime.Gosched, at most once per pollGoschedEvery of
+	// the clock (nanoseconds since epoch); tests replace both. Atomic:
+	// the sending and the receiving goroutine may both spin.
+	gosched     func()
+	clock       func() int64
+	lastGosched atomic.Int64
 
 	txPackets, txBytes, txCommits, txSignals, txFullWaits counter
 	rxPackets, rxBytes, rxCommits, rxSignals              counter
@@ -200,8 +206,9 @@ func NewChannel(cfg ChannelConfig) (*Channel, error) {
 		buf:    make([]byte, in.MaxPacket()),
 		wakeRx: make(chan struct{}, 1), wakeTx: make(chan struct{}, 1),
 		rxTimer: newStoppedTimer(), txTimer: newStoppedTimer(),
-		dead: make(chan struct{}), epoch: time.Now(), yield: osYield,
+		dead: make(chan struct{}), epoch: time.Now(), yield: osYield, gosched: runtime.Gosched,
 	}
+	c.clock = func() int64 { return int64(time.Since(c.epoch)) }
 	if cfg.Requests > 0 {
 		c.reqs = NewRequests(cfg.Requests)
 	}
@@ -529,17 +536,35 @@ func (c *Channel) busyPoll(ctx context.Context) bool {
 
 // PollYield is what a spinning waiter does between rounds of empty polls
 // (the channel's own busy polling, and a driver's poll loop over it):
-// it lets the goroutines of its P run (runtime.Gosched), and then the
-// threads that wait for its CPU (sched_yield). Without the second, a
-// poller that shares a core with the host or with the peer it waits for
-// keeps that core for a whole scheduler slice (milliseconds) while the
-// answer waits for it; the kernel's own busy polling likewise stops when
-// another task needs the CPU. With nothing else runnable the yield
-// returns at once.
+// it gives the threads that wait for its CPU a turn (sched_yield), every
+// call, and lets the goroutines queued on its P run (runtime.Gosched),
+// at most once per pollGoschedEvery. Without the first, a poller that
+// shares a core with the host or with the peer it waits for keeps that
+// core for a whole scheduler slice (milliseconds) while the answer waits
+// for it; the kernel's own busy polling likewise stops when another task
+// needs the CPU. With nothing else runnable the yield returns at once.
+//
+// runtime.Gosched is rationed because it is not free when it has nothing
+// to hand over: it queues the poller on the global run queue and, with a
+// P idle, wakes a second thread (futex) that looks for work, finds none
+// (or takes the poller, which moves threads) and sleeps again. Called on
+// every yield, that made a poll-mode round trip of netbench latency cost
+// two to three times the context switches and futex calls on 2 CPUs,
+// taken from the host and the peers the poller waits for
+// (docs/operations.md, "Waiting and latency").
 func (c *Channel) PollYield() {
-	runtime.Gosched()
+	if now := c.clock(); now-c.lastGosched.Load() >= int64(pollGoschedEvery) {
+		c.lastGosched.Store(now)
+		c.gosched()
+	}
 	c.yield()
 }
+
+// pollGoschedEvery bounds how long a goroutine queued behind a poller on
+// its P waits (about a monitor scan at netvsc's default latency), while
+// the poller pays Gosched's thread wake-up once per period rather than
+// once per yield (microseconds apart).
+const pollGoschedEvery = 50 * time.Microsecond
 
 // osYield gives the thread's CPU to any other runnable thread.
 func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

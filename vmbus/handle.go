@@ -94,7 +94,9 @@ func Open(dev Device, opts Options) (*Handle, error) {
 			}
 		}
 	}
-	u, err := uio.Open(info, uio.Options{RingSizes: opts.RingSizes})
+	// A NIC's buffers are used a section at a time: mapped in full now,
+	// their first use on the data path takes no page fault.
+	u, err := uio.Open(info, uio.Options{RingSizes: opts.RingSizes, Prefault: []string{"recv:", "send:"}})
 	if err != nil {
 		return nil, fmt.Errorf("vmbus: open %s: %w", dev.Instance, err)
 	}

@@ -61,3 +61,43 @@ func TestSpinningWaitsYieldTheCPU(t *testing.T) {
 		})
 	}
 }
+
+// TestPollYieldRationsGosched: every PollYield gives the CPU away
+// (sched_yield), but runtime.Gosched, which wakes a second thread when a P
+// is idle, runs at most once per pollGoschedEvery of the channel's clock.
+func TestPollYieldRationsGosched(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		step         time.Duration // clock advance per PollYield
+		calls        int
+		wantGosched  int
+		wantOSYields int
+	}{
+		{"yields microseconds apart", time.Microsecond, 200, 4, 200},
+		{"yields a period apart", pollGoschedEvery, 10, 10, 10},
+		{"clock stopped", 0, 100, 1, 100},
+		{"yields just under a period apart", pollGoschedEvery - time.Nanosecond, 4, 2, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := append(newTestRing(t, 4096), newTestRing(t, 4096)...)
+			c, err := NewChannel(ChannelConfig{Ring: mem, Mode: WaitPoll, Signaler: ControlFunc(func(bool) error { return nil })})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first call comes a full period after the channel's
+			// epoch, as any real one does.
+			now := int64(pollGoschedEvery)
+			gosched, yields := 0, 0
+			c.clock = func() int64 { return now }
+			c.gosched = func() { gosched++ }
+			c.yield = func() { yields++ }
+			for range tc.calls {
+				c.PollYield()
+				now += int64(tc.step)
+			}
+			if gosched != tc.wantGosched || yields != tc.wantOSYields {
+				t.Errorf("%d calls: %d Gosched, %d sched_yield; want %d, %d", tc.calls, gosched, yields, tc.wantGosched, tc.wantOSYields)
+			}
+		})
+	}
+}

@@ -7,7 +7,7 @@
 // txonly mode (txonly, which can drive a host started by `vmbusd sim
 // --port sink`, so DPDK's guest and vmbusd's meet the same host).
 //
-//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|all ...
+//	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|latency|all ...
 //
 // tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
 // sockets in this process), a 1-byte TCP request/response and ping(8),
@@ -16,6 +16,11 @@
 // into send sections); -v prints every layer's drop counters, -hold leaves
 // both paths up for other tools, -cpuprofile/-hostprofile and
 // -trace/-hosttrace profile the guest and the host.
+//
+// latency times UDP request/response round trips through the TAP
+// attachment per wait mode against the veth pair, hop by hop (hoptrace),
+// with the context switches and page faults per round trip of netbench
+// and of the host next to the CPU figures.
 //
 // It re-executes itself as the host ("netbench host ...").
 package main

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/hoptrace"
@@ -113,12 +114,12 @@ func testLatency() error {
 			}
 		}
 	}
-	c0, t0 := selfCPU(), time.Now()
+	s0, c0, t0 := selfEvents(), selfCPU(), time.Now()
 	rtts, err := udpRounds(gns, "10.86.0.1:7300", nil, nil)
 	if err != nil {
 		return fmt.Errorf("veth: %w", err)
 	}
-	emitLatency("veth", "-", 0, rtts, (selfCPU()-c0)/time.Since(t0).Seconds(), 0)
+	emitLatency("veth", "-", 0, rtts, (selfCPU()-c0)/time.Since(t0).Seconds(), 0, selfEvents().sub(s0), procEvents{})
 	return nil
 }
 
@@ -154,6 +155,8 @@ func latencyMode(h *host, gns, id string, mode netvsc.Mode, busyPoll time.Durati
 		return err
 	}
 	var hops [hoptrace.NumStages][]int64
+	hpid := h.cmd.Process.Pid
+	s0, hs0 := selfEvents(), procEventsOf(hpid)
 	c0, hc0, t0 := selfCPU(), h.cpu(), time.Now()
 	rtts, err := udpRounds(gns, "10.87.0.1:7300", stamps, func(s *[hoptrace.NumStages]int64) {
 		legs, ok := hoptrace.Legs(s)
@@ -167,7 +170,8 @@ func latencyMode(h *host, gns, id string, mode netvsc.Mode, busyPoll time.Durati
 		return err
 	}
 	el := time.Since(t0).Seconds()
-	emitLatency("vmbusd-tap", mode.String(), busyPoll, rtts, (selfCPU()-c0)/el, (h.cpu()-hc0)/el)
+	emitLatency("vmbusd-tap", mode.String(), busyPoll, rtts, (selfCPU()-c0)/el, (h.cpu()-hc0)/el,
+		selfEvents().sub(s0), procEventsOf(hpid).sub(hs0))
 	for k := hoptrace.GuestTAPRead; k < hoptrace.NumStages; k++ {
 		d := hops[k]
 		if len(d) == 0 {
@@ -243,10 +247,63 @@ func udpEcho(c *net.UDPConn, st *hoptrace.Stamps) {
 	}
 }
 
-func emitLatency(path, mode string, busyPoll time.Duration, sorted []int64, cpu, hostCPU float64) {
+// emitLatency prints one path's round trips. The context switches and
+// page faults (of netbench, which holds the guest driver, the client and
+// the server, and of the simulated host) are per round trip, warm-up
+// included: a diagnostic that does not depend on how busy the machine is,
+// for the wake-ups and first touches the hops wait for
+// (docs/operations.md, "Waiting and latency").
+func emitLatency(path, mode string, busyPoll time.Duration, sorted []int64, cpu, hostCPU float64, ev, hostEv procEvents) {
+	per := func(n uint64) float64 { return float64(n) / float64(len(sorted)+latencyWarmup) }
 	emit(map[string]any{"test": "latency", "kind": "rtt", "path": path, "mode": mode, "busy_poll_us": busyPoll.Microseconds(), "rounds": len(sorted),
-		"p50_us": pct(sorted, 50), "p90_us": pct(sorted, 90), "p99_us": pct(sorted, 99), "netbench_cpu": cpu, "host_cpu": hostCPU},
-		"test", "kind", "path", "mode", "busy_poll_us", "rounds", "p50_us", "p90_us", "p99_us", "netbench_cpu", "host_cpu")
+		"p50_us": pct(sorted, 50), "p90_us": pct(sorted, 90), "p99_us": pct(sorted, 99), "netbench_cpu": cpu, "host_cpu": hostCPU,
+		"netbench_cs_per_rt": per(ev.switches), "netbench_faults_per_rt": per(ev.faults),
+		"host_cs_per_rt": per(hostEv.switches), "host_faults_per_rt": per(hostEv.faults)},
+		"test", "kind", "path", "mode", "busy_poll_us", "rounds", "p50_us", "p90_us", "p99_us", "netbench_cpu", "host_cpu",
+		"netbench_cs_per_rt", "netbench_faults_per_rt", "host_cs_per_rt", "host_faults_per_rt")
+}
+
+// procEvents counts a process's context switches (voluntary and not, all
+// threads) and minor page faults.
+type procEvents struct{ switches, faults uint64 }
+
+func (a procEvents) sub(b procEvents) procEvents {
+	return procEvents{a.switches - min(a.switches, b.switches), a.faults - min(a.faults, b.faults)}
+}
+
+func selfEvents() procEvents {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return procEvents{uint64(ru.Nvcsw + ru.Nivcsw), uint64(ru.Minflt)}
+}
+
+// procEvents reads another process's counts from /proc: the faults from
+// its stat (field 10, minflt, all threads), the switches summed over its
+// threads' status (a thread that exited meanwhile drops out).
+func procEventsOf(pid int) procEvents {
+	var ev procEvents
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 <= len(s) {
+			if f := strings.Fields(s[i+2:]); len(f) > 7 {
+				ev.faults, _ = strconv.ParseUint(f[7], 10, 64)
+			}
+		}
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "voluntary_ctxt_switches") {
+				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				ev.switches += n
+			}
+		}
+	}
+	return ev
 }
 
 // pct is the p-th percentile of sorted nanoseconds, in µs.
