@@ -398,8 +398,8 @@ func (h *Host) runMonitor() {
 		}
 		h.mu.Unlock()
 		if n > 0 && h.listening.Load() == 0 {
-			// Park. A wait that begins after the load above finds the
-			// kick in the channel, or sends it, before its unmask.
+			// Park. A wait that begins after the load above sends the
+			// kick before its unmask, and the select below takes it.
 			parked := time.Now()
 			select {
 			case <-h.ctx.Done():
