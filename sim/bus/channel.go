@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"os"
 	"sync/atomic"
 
@@ -85,4 +86,49 @@ func (c *Channel) Flush() error {
 		return nil
 	}
 	return c.Channel.Flush()
+}
+
+// BeginWait tells the host that this channel's service is about to wait
+// for a guest signal: to clear the guest-to-host ring's interrupt_mask,
+// set the host-to-guest ring's pending_send_sz, or both. EndWait tells it
+// the wait is over: the mask is set again and pending_send_sz cleared. A
+// guest signals a monitored channel only in between
+// (docs/protocol/vmbus-ring.md §2.4), so the monitor scanner runs only
+// while some monitored channel is inside such a wait (Host.runMonitor).
+// A service that manages the mask or pending_send_sz itself, rather than
+// through WaitReadable and WaitWritable, must bracket every wait with
+// them, BeginWait before the unmask and EndWait after the mask; a guest
+// signal outside that bracket may be seen late. They nest (the reading
+// and the writing goroutine may both wait) and allocate nothing.
+func (c *Channel) BeginWait() {
+	if c.mon >= 0 {
+		c.sess.dev.host.listen()
+	}
+}
+
+// EndWait ends a wait BeginWait began.
+func (c *Channel) EndWait() {
+	if c.mon >= 0 {
+		c.sess.dev.host.unlisten()
+	}
+}
+
+// WaitReadable is vmbus.Channel.WaitReadable inside BeginWait and EndWait.
+func (c *Channel) WaitReadable(ctx context.Context) error {
+	if c.In().Available() > 0 {
+		return nil // no unmask, no wait
+	}
+	c.BeginWait()
+	defer c.EndWait()
+	return c.Channel.WaitReadable(ctx)
+}
+
+// WaitWritable is vmbus.Channel.WaitWritable inside BeginWait and EndWait.
+func (c *Channel) WaitWritable(ctx context.Context, need int) error {
+	if c.Out().Free() > need {
+		return nil // no pending_send_sz, no wait
+	}
+	c.BeginWait()
+	defer c.EndWait()
+	return c.Channel.WaitWritable(ctx, need)
 }

@@ -28,7 +28,8 @@
 // while draining and re-checks after unmasking; it interrupts the guest
 // only on empty to non-empty with the guest's mask clear; it honours
 // pending_send_sz; it scans the monitor page at the latency the guest
-// sets; one connection per device node, and a broken rule of the uio
+// sets, while a monitored channel's host end waits for a signal
+// (Channel.BeginWait); one connection per device node, and a broken rule of the uio
 // contract is a counted violation (docs/uio-contract.md §3.6), never a
 // crash.
 package bus

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -49,8 +50,14 @@ type Host struct {
 	nextGPADL uint32
 	monitored map[int]*Channel // monitor id -> channel, while its device is open
 	monKick   chan struct{}
-	viol      map[string]uint64
-	closed    bool
+	// listening counts the host ends of monitored channels that wait for
+	// a guest signal (Channel.BeginWait to EndWait): only then may a guest
+	// set a monitor bit that matters, so only then does the scanner run.
+	// listenKick wakes a parked scanner when the count leaves zero.
+	listening  atomic.Int32
+	listenKick chan struct{}
+	viol       map[string]uint64
+	closed     bool
 
 	drv *driverCore // driver binding and its sysfs watcher (drivers.go)
 
@@ -134,7 +141,8 @@ func New(cfg Config) (*Host, error) {
 	}
 	h := &Host{cfg: cfg, log: cfg.Logger.With("sim", "host"), devs: map[vmbus.GUID]*Device{},
 		nextRelID: 14, nextGPADL: 0xe1e10, monitored: map[int]*Channel{}, monKick: make(chan struct{}, 1),
-		viol: map[string]uint64{}, lock: lock}
+		listenKick: make(chan struct{}, 1),
+		viol:       map[string]uint64{}, lock: lock}
 	if h.intFile, h.intPage, err = newMemFile("int_page", 4096); err != nil {
 		lock.Close()
 		return nil, err
@@ -319,16 +327,42 @@ func (h *Host) registerMonitor(id int, c *Channel) {
 	}
 }
 
-// runMonitor is the host's periodic scan of the monitor page: it takes and
-// clears the pending bits and wakes the channels they belong to. It sleeps
-// the shortest latency the guests asked for (100 ns units in the page),
-// and not at all while no monitored channel is open.
+// listen and unlisten count a monitored channel's host end in and out
+// of a wait for a guest signal (Channel.BeginWait, EndWait); the first
+// one in wakes a parked scanner.
+func (h *Host) listen() {
+	if h.listening.Add(1) == 1 {
+		select {
+		case h.listenKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *Host) unlisten() { h.listening.Add(-1) }
+
 // Idle scanning (runMonitor).
 const (
 	monitorIdleAfter = 100 * time.Millisecond
 	monitorIdleScan  = time.Millisecond
 )
 
+// runMonitor is the host's periodic scan of the monitor page: it takes and
+// clears the pending bits and wakes the channels they belong to. It sleeps
+// the shortest latency the guests asked for (100 ns units in the page),
+// and not at all while no monitored channel is open.
+//
+// Nor while no monitored channel's host end waits for a signal: a guest
+// signals a monitored channel by setting its bit only when the host's
+// reader has its interrupt_mask clear and the ring was empty, or when
+// its read crossed the host writer's pending_send_sz
+// (docs/protocol/vmbus-ring.md §2.4). The host's services clear the one
+// and set the other only inside a wait (Channel.BeginWait to EndWait);
+// while every one of them is draining, masked, there is no signal for a
+// scan to find, so the scanner parks until one begins a wait. A bit set
+// while nobody waits (a stale or spurious one) is taken at the next scan
+// and wakes nothing that was asleep, as it would have then. While some
+// end waits, bits are seen within the scan interval, as before.
 func (h *Host) runMonitor() {
 	defer h.wg.Done()
 	t := time.NewTimer(time.Hour)
@@ -342,12 +376,13 @@ func (h *Host) runMonitor() {
 	defer runtime.UnlockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	var next int64 // CLOCK_MONOTONIC deadline of the next precise scan
-	// An idle host scans less: after monitorIdleAfter without a pending
-	// bit, the scan interval grows to at least monitorIdleScan, so a
-	// guest that set 50 µs does not cost a busy core while nothing
-	// happens. The first signal after a quiet spell may then wait up to
-	// monitorIdleScan (Hyper-V's own scan cadence is not documented;
-	// guests must cope with any).
+	// An idle host scans less: after monitorIdleAfter of waiting without a
+	// pending bit (time parked, with nobody waiting, does not count), the
+	// scan interval grows to at least monitorIdleScan, so a guest that set
+	// 50 µs does not cost a busy core while nothing happens. The first
+	// signal after a quiet spell may then wait up to monitorIdleScan
+	// (Hyper-V's own scan cadence is not documented; guests must cope
+	// with any).
 	lastBit := time.Now()
 	for {
 		h.mu.Lock()
@@ -362,6 +397,19 @@ func (h *Host) runMonitor() {
 			}
 		}
 		h.mu.Unlock()
+		if n > 0 && h.listening.Load() == 0 {
+			// Park. A wait that begins after the load above sends the
+			// kick before its unmask, and the select below takes it.
+			parked := time.Now()
+			select {
+			case <-h.ctx.Done():
+				return
+			case <-h.monKick:
+			case <-h.listenKick:
+			}
+			lastBit = lastBit.Add(time.Since(parked))
+			continue
+		}
 		if interval == 0 {
 			interval = h.cfg.MonitorScan
 		}

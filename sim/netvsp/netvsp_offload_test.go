@@ -44,7 +44,7 @@ func finish(f []byte, o vswitch.FrameOffload) []byte {
 	return f
 }
 
-func enableLSO(t *testing.T, g *tguest) {
+func enableLSO(t testing.TB, g *tguest) {
 	t.Helper()
 	p := rndis.OffloadParameters{Header: rndis.OffloadParametersHeader(g.version), LSOv2IPv4: rndis.NDISOffloadParametersEnabled, LSOv2IPv6: rndis.NDISOffloadParametersEnabled,
 		TCPIPv4Checksum: rndis.NDISOffloadParametersTxRxEnabled, TCPIPv6Checksum: rndis.NDISOffloadParametersTxRxEnabled}

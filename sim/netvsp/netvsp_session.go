@@ -463,6 +463,10 @@ func (ch *nicChan) wait(t *time.Timer) error {
 	in, out := c.In(), c.Out()
 	// Unmask, then re-check: a packet written while we were masked raised
 	// no signal (docs/protocol/vmbus-ring.md §2.4, the host's drain contract).
+	// BeginWait first and EndWait last: the monitor scanner runs only while
+	// a host end waits with its mask clear or its pending_send_sz set.
+	c.BeginWait()
+	defer c.EndWait()
 	in.SetInterruptMask(false)
 	defer in.SetInterruptMask(true)
 	if in.Available() > 0 {

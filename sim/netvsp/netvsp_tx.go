@@ -18,6 +18,7 @@ package netvsp
 import (
 	"encoding/binary"
 	"slices"
+	"unsafe"
 
 	"github.com/vmbusd/vmbusd/frame/csum"
 	"github.com/vmbusd/vmbusd/netvsc/nvsp"
@@ -39,22 +40,33 @@ const (
 	maxTransferSize      = 0xEFFFFFFF
 )
 
-// txBatch holds the frames one pass forwards, in one slab, each with 4
-// bytes of headroom for a VLAN tag. Reused; owned by one channel's loop;
-// make it with newTxBatch.
+// txBatch holds the frames one pass forwards, each with 4 bytes of
+// headroom for a VLAN tag: copied into one slab, or, for a large send an
+// OffloadPort takes whole, left in place in the buffer the host read the
+// GPA-direct send into (gpaBuf), which the batch then holds until it is
+// forwarded. Reused; owned by one channel's loop; make it with newTxBatch.
 type txBatch struct {
 	slab   []byte
 	used   int
 	frames [][]byte
-	starts []int                  // slab offset of each frame's headroom
+	heads  [][]byte               // each frame with its headroom in front
 	offs   []vswitch.FrameOffload // work each frame leaves to an OffloadPort
 	work   bool                   // some frame has work in offs
+
+	held  [][]byte // GPA read buffers frames of this batch point into
+	spare [][]byte // GPA read buffers free for the next send
+	cur   []byte   // the buffer the send being handled was read into
+	kept  bool     // a frame of cur's was added in place
 }
+
+// maxHeldGPA bounds the GPA read buffers one batch holds (maxGPASend
+// each): a send that would need another forwards the batch first.
+const maxHeldGPA = 8
 
 const txSlab = 512 << 10
 
 func newTxBatch() txBatch {
-	return txBatch{slab: make([]byte, txSlab), frames: make([][]byte, 0, 1024), starts: make([]int, 0, 1024),
+	return txBatch{slab: make([]byte, txSlab), frames: make([][]byte, 0, 1024), heads: make([][]byte, 0, 1024),
 		offs: make([]vswitch.FrameOffload, 0, 1024)}
 }
 
@@ -69,7 +81,7 @@ func (b *txBatch) alloc(n int) []byte {
 	b.used = (b.used + 7) &^ 7
 	f := b.slab[p+vswitch.VLANTagLen : p+vswitch.VLANTagLen+n]
 	b.frames = append(b.frames, f)
-	b.starts = append(b.starts, p)
+	b.heads = append(b.heads, b.slab[p:p+vswitch.VLANTagLen+n])
 	b.offs = append(b.offs, vswitch.FrameOffload{})
 	return f
 }
@@ -77,7 +89,7 @@ func (b *txBatch) alloc(n int) []byte {
 // drop removes the last frame.
 func (b *txBatch) drop() {
 	b.frames = b.frames[:len(b.frames)-1]
-	b.starts = b.starts[:len(b.starts)-1]
+	b.heads = b.heads[:len(b.heads)-1]
 	b.offs = b.offs[:len(b.offs)-1]
 }
 
@@ -88,9 +100,8 @@ func (b *txBatch) room(n, k int) bool {
 
 // tag inserts an 802.1Q tag into frame i using its headroom.
 func (b *txBatch) tag(i int, tci uint16) {
-	p := b.starts[i]
 	f := b.frames[i]
-	t := b.slab[p : p+len(f)+vswitch.VLANTagLen]
+	t := b.heads[i][:len(f)+vswitch.VLANTagLen]
 	copy(t[0:12], f[0:12])
 	be.PutUint16(t[12:], vswitch.EthTypeVLAN)
 	be.PutUint16(t[14:], tci)
@@ -103,9 +114,58 @@ func (b *txBatch) tag(i int, tci uint16) {
 func (b *txBatch) reset() {
 	b.used = 0
 	b.frames = b.frames[:0]
-	b.starts = b.starts[:0]
+	b.heads = b.heads[:0]
 	b.offs = b.offs[:0]
 	b.work = false
+	// The frames that pointed into held buffers are forwarded. cur is
+	// not among them: the send read into it may still be being handled.
+	b.spare = append(b.spare, b.held...)
+	clear(b.held)
+	b.held = b.held[:0]
+}
+
+// gpaBuf returns an empty buffer, of capacity maxGPASend, for reading a
+// GPA-direct send into; doneGPA gives it back after the send is handled.
+// Between the two, frames may be added in place (adoptLSO).
+func (b *txBatch) gpaBuf() []byte {
+	if n := len(b.spare); n > 0 {
+		b.cur = b.spare[n-1]
+		b.spare[n-1] = nil
+		b.spare = b.spare[:n-1]
+	} else {
+		b.cur = make([]byte, maxGPASend)
+	}
+	b.kept = false
+	return b.cur[:0]
+}
+
+// doneGPA ends the handling of the send read into gpaBuf's buffer: the
+// batch holds it while a frame points into it, else it is free again.
+func (b *txBatch) doneGPA() {
+	if b.cur == nil {
+		return
+	}
+	if b.kept {
+		b.held = append(b.held, b.cur)
+	} else {
+		b.spare = append(b.spare, b.cur)
+	}
+	b.cur, b.kept = nil, false
+}
+
+// inCur returns f's offset in the current GPA read buffer, or -1 when f
+// does not lie there (a buffer that grew was reallocated). Packet parsers
+// cap their slices (rndis.Packet.Frame), so the offset comes from the
+// addresses.
+func (b *txBatch) inCur(f []byte) int {
+	if b.cur == nil || len(f) == 0 {
+		return -1
+	}
+	d := uintptr(unsafe.Pointer(unsafe.SliceData(f))) - uintptr(unsafe.Pointer(unsafe.SliceData(b.cur)))
+	if d > uintptr(len(b.cur)) || uintptr(len(f)) > uintptr(len(b.cur))-d {
+		return -1
+	}
+	return int(d)
 }
 
 // flushTx forwards the batch to the port.
@@ -162,6 +222,16 @@ func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) nvsp.Status {
 		return nvsp.StatusFail
 	}
 	b := ch.rndis[:0]
+	gpa := p.Type == vmbus.PacketGPADirect && ss.mem != nil
+	if gpa {
+		// Read into a buffer of the batch's, so that a large send can be
+		// forwarded from there (txBatch.addLSOWhole).
+		if len(ch.tx.held) >= maxHeldGPA {
+			ch.flushTx()
+		}
+		b = ch.tx.gpaBuf()
+		defer ch.tx.doneGPA()
+	}
 	if m.SectionIndex != nvsp.NoSection {
 		if !cfg.sendReady {
 			ss.violation("send section used without a send buffer")
@@ -188,7 +258,9 @@ func (ch *nicChan) rndisStatus(p *vmbus.Packet, cfg *sessCfg) nvsp.Status {
 			return nvsp.StatusFail
 		}
 	}
-	ch.rndis = b[:0]
+	if !gpa {
+		ch.rndis = b[:0]
+	}
 	t, err := rndis.MessageType(b)
 	if err != nil {
 		ss.violation("SEND_RNDIS_PKT with no RNDIS message")
@@ -398,11 +470,22 @@ func (n *NIC) offloadPort() vswitch.OffloadPort {
 // left as the pseudo-header sum. False when the batch has no room.
 func (b *txBatch) addLSOWhole(f []byte, fl vswitch.Flow, mss int) bool {
 	n := fl.L4End
-	o := b.alloc(n)
-	if o == nil {
+	var o []byte
+	if off := b.inCur(f); off >= vswitch.VLANTagLen && len(b.frames) < cap(b.frames) {
+		// Left where the host read it from guest memory: that buffer is
+		// the host's own copy already, edited below as a slab copy
+		// would be, and held until the batch is forwarded. A copy per
+		// large send less.
+		o = f[:n]
+		b.frames = append(b.frames, o)
+		b.heads = append(b.heads, b.cur[off-vswitch.VLANTagLen:off+n])
+		b.offs = append(b.offs, vswitch.FrameOffload{})
+		b.kept = true
+	} else if o = b.alloc(n); o == nil {
 		return false
+	} else {
+		copy(o, f[:n])
 	}
-	copy(o, f[:n])
 	s := vswitch.ParseFlowAt(o, fl)
 	if !fl.V6 {
 		h := o[fl.L3:fl.L4Off]
