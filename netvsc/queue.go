@@ -54,7 +54,11 @@ import (
 //     send completions itself; when it is held, its holder drains them.
 //   - WaitTx (tx.go): TryLock inMu to drain and then sleep on the ring;
 //     when it is held, wait on w.txWake, which every drain that found work
-//     signals (or 1 ms, in case the holder sleeps on an idle ring).
+//     signals (or 1 ms, in case the holder sleeps on an idle ring). It
+//     sets w.txWaiting before its last look for room, so a drain either
+//     freed the room before that look or sees the flag and signals; a
+//     sleeper in Wait woken meanwhile drains at once, under the inMu it
+//     holds, instead of leaving it to its caller's next RxBurst.
 //   - control.wait (control.go) on queue 0: TryLock inMu to drain itself;
 //     otherwise the holder's drain hands the answer over (c.ready).
 //   - vfManager.waitActive (vf_pair.go): TryLock queue 0's inMu to drain

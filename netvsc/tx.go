@@ -659,6 +659,13 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 			}
 			continue
 		}
+		// The holder's drain may have freed what we wait for after the
+		// check above but before it saw txWaiting: look again now that
+		// any later drain will poke txWake.
+		if q.txReady() {
+			q.w.txWaiting.Store(false)
+			return nil
+		}
 		t := time.NewTimer(time.Millisecond)
 		select {
 		case <-q.w.txWake:

@@ -311,6 +311,12 @@ func (q *Queue) sleep(ctx context.Context, role int) error {
 	}
 	if role == 0 {
 		q.c.rxWakeups.inc()
+		// A WaitTx that found inMu held waits for this drain: do it
+		// now rather than after Wait returned and the caller came back
+		// for RxBurst (frames go to staging meanwhile).
+		if q.w.txWaiting.Load() {
+			q.drainLocked()
+		}
 	} else {
 		q.c.txWakeups.inc()
 	}

@@ -174,6 +174,93 @@ func TestPollModeYieldsTheCPU(t *testing.T) {
 	frame.PutBurst(pkts[:k])
 }
 
+// TestWaitTxWokenBySleepersDrain: a transmitter out of sections waits
+// for the drain of a receiver asleep in Wait (it holds inMu, so WaitTx
+// cannot drain itself). When the host's completions wake that sleeper,
+// the sections are free by the time its Wait returns: the sleeper drains
+// for the waiting transmitter at once rather than leaving it to the
+// caller's next RxBurst (which this receiver never calls) or to WaitTx's
+// fallback timer.
+func TestWaitTxWokenBySleepersDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid})
+	q := n.Queues()[0]
+
+	// The host takes the sends but completes none until the fault ends.
+	sn.Device().SetFault(sim.FaultStopDraining, true)
+	f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
+	pkts := make([]*frame.Packet, 16)
+	for full := false; !full; {
+		k := q.AllocBurst(pkts)
+		if k == 0 {
+			t.Fatal("pool exhausted before the send buffer")
+		}
+		for _, p := range pkts[:k] {
+			copy(p.SetLen(len(f)), f)
+		}
+		m := q.TxBurst(pkts[:k])
+		frame.PutBurst(pkts[m:k])
+		full = m < k
+	}
+	if q.txReady() {
+		t.Fatal("the transmitter has room with every send held by the host")
+	}
+
+	// The receiver: Wait only; each return reports whether the sections
+	// were free by then, once the host's completions are in the ring.
+	sleeps := q.c.idleSleeps.load()
+	freed := make(chan bool, 1)
+	rctx, rcancel := context.WithCancel(ctx)
+	rdone := make(chan struct{})
+	go func() {
+		defer close(rdone)
+		for rctx.Err() == nil {
+			if q.Wait(rctx) != nil {
+				return
+			}
+			if _, in := q.ch.RingUsage(); q.tx.ready() || in != 0 {
+				freed <- q.tx.ready()
+				return
+			}
+		}
+	}()
+	defer func() { rcancel(); <-rdone }()
+	for q.c.idleSleeps.load() == sleeps {
+		if ctx.Err() != nil {
+			t.Fatal("the receiver never went to sleep")
+		}
+		runtime.Gosched()
+	}
+
+	txErr := make(chan error, 1)
+	go func() { txErr <- q.WaitTx(ctx) }()
+	for !q.w.txWaiting.Load() {
+		if ctx.Err() != nil {
+			t.Fatal("WaitTx never waited")
+		}
+		runtime.Gosched()
+	}
+
+	sn.Device().SetFault(sim.FaultStopDraining, false)
+	select {
+	case ok := <-freed:
+		if !ok {
+			t.Error("the sleeper's Wait returned with the completions that woke it still in the ring")
+		}
+	case <-ctx.Done():
+		t.Fatal("the receiver's Wait never returned")
+	}
+	select {
+	case err := <-txErr:
+		if err != nil {
+			t.Fatalf("WaitTx: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("WaitTx never returned")
+	}
+}
+
 // openWaitNIC opens a one-queue NIC with cfg (64 pool packets, a 10 s
 // control timeout) on a fresh simulated host; both close at cleanup.
 func openWaitNIC(t *testing.T, ctx context.Context, cfg Config) (*sim.NIC, *NIC) {
