@@ -52,8 +52,8 @@ import (
 //
 //   - TxBurst (tx.go), holding txMu, out of sections: TryLock inMu to reap
 //     send completions itself; when it is held, its holder drains them.
-//   - WaitTx (tx.go): TryLock inMu to drain and then sleep on the ring;
-//     when it is held, wait on w.txWake, which every drain that found work
+//   - WaitTx (tx.go): TryLock inMu to drain and then sleep on the ring,
+//     holding it from the drain through the sleep; when it is held, wait on w.txWake, which every drain that found work
 //     signals (or 1 ms, in case the holder sleeps on an idle ring). It
 //     sets w.txWaiting before its last look for room, so a drain either
 //     freed the room before that look or sees the flag and signals; a

@@ -644,15 +644,18 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 		}
 		q.w.txWaiting.Store(true)
 		if q.inMu.TryLock() {
+			// inMu stays held from the drain to the sleep: released in
+			// between, a Wait could take it and sleep, leaving this
+			// WaitTx blocked behind it, then asleep on the ring with
+			// the room that sleeper's drain freed.
 			if s.err() == nil {
 				q.drainLocked()
 			}
-			q.inMu.Unlock()
-			if q.txReady() {
-				q.w.txWaiting.Store(false)
-				return nil
+			var err error
+			if !q.txReady() {
+				err = q.sleepLocked(ctx, 1)
 			}
-			err := q.sleep(ctx, 1)
+			q.inMu.Unlock()
 			q.w.txWaiting.Store(false)
 			if err != nil {
 				return err

@@ -259,6 +259,12 @@ func (q *Queue) Wait(ctx context.Context) error {
 func (q *Queue) sleep(ctx context.Context, role int) error {
 	q.inMu.Lock()
 	defer q.inMu.Unlock()
+	return q.sleepLocked(ctx, role)
+}
+
+// sleepLocked is sleep with inMu already held (WaitTx keeps it from its
+// drain on, so no other drain can free its room unseen in between).
+func (q *Queue) sleepLocked(ctx context.Context, role int) error {
 	if err := q.s.err(); err != nil {
 		return err
 	}
