@@ -261,6 +261,49 @@ func TestWaitTxWokenBySleepersDrain(t *testing.T) {
 	}
 }
 
+// TestTxOwed: a hybrid Wait polls past its budget for the host's
+// completions only while the transmitter stalled recently and the host
+// holds some of its sends (txPath.owed).
+func TestTxOwed(t *testing.T) {
+	const span = int64(5 * time.Millisecond)
+	const now = int64(time.Hour) // well past the zero of stalled
+	for _, tc := range []struct {
+		name     string
+		stalled  int64 // nanotime of the last short burst; 0: never
+		sections int   // sections in flight (of 4)
+		gpa      int   // GPA slots in flight
+		stashed  int   // of those sections, taken but parked, not sent
+		want     bool
+	}{
+		{"never stalled", 0, 4, 0, 0, false},
+		{"stalled, sections in flight", now - span/2, 4, 0, 0, true},
+		{"stalled, one section in flight", now - span/2, 1, 0, 0, true},
+		{"stalled, GPA in flight", now - span/2, 0, 3, 0, true},
+		{"stalled, nothing in flight", now - span/2, 0, 0, 0, false},
+		{"stalled, the taken sections parked", now - span/2, 2, 0, 2, false},
+		{"stalled too long ago", now - span, 4, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p txPath
+			p.init(1500)
+			p.assign(1, 5)
+			for range tc.sections {
+				idx, _ := p.sec.take()
+				if tc.stashed > len(p.stash) {
+					p.untakeSection(idx)
+				}
+			}
+			for range tc.gpa {
+				p.gpa.take()
+			}
+			p.stalled.Store(tc.stalled)
+			if got := p.owed(now, span); got != tc.want {
+				t.Errorf("owed = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // openWaitNIC opens a one-queue NIC with cfg (64 pool packets, a 10 s
 // control timeout) on a fresh simulated host; both close at cleanup.
 func openWaitNIC(t *testing.T, ctx context.Context, cfg Config) (*sim.NIC, *NIC) {
