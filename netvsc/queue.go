@@ -36,7 +36,8 @@ import (
 // (DPDK 36274f2871). Completions free sections through lock-free
 // single-producer rings, and receive completions are owed and sent by
 // whoever holds outMu. No lock is held while waiting
-// for the host except inMu by a sleeper in Wait or WaitTx and outMu by
+// for the host except inMu by a sleeper in Wait or WaitTx (or a hybrid
+// WaitTx polling for the completions it waits on, txPollLocked) and outMu by
 // WaitTx on a full outbound ring (for at most 5 ms; receive completions
 // stay owed meanwhile).
 //
@@ -52,9 +53,15 @@ import (
 //
 //   - TxBurst (tx.go), holding txMu, out of sections: TryLock inMu to reap
 //     send completions itself; when it is held, its holder drains them.
-//   - WaitTx (tx.go): TryLock inMu to drain and then sleep on the ring;
-//     when it is held, wait on w.txWake, which every drain that found work
-//     signals (or 1 ms, in case the holder sleeps on an idle ring).
+//   - WaitTx (tx.go): TryLock inMu to drain and then (hybrid: poll for
+//     the completions it waits on while they come, txPollLocked) sleep
+//     on the ring, holding it from the drain through the sleep; when it
+//     is held, wait on w.txWake, which every drain that found work
+//     signals (or 1 ms, in case the holder sleeps on an idle ring). It
+//     sets w.txWaiting before its last look for room, so a drain either
+//     freed the room before that look or sees the flag and signals; a
+//     sleeper in Wait woken meanwhile drains at once, under the inMu it
+//     holds, instead of leaving it to its caller's next RxBurst.
 //   - control.wait (control.go) on queue 0: TryLock inMu to drain itself;
 //     otherwise the holder's drain hands the answer over (c.ready).
 //   - vfManager.waitActive (vf_pair.go): TryLock queue 0's inMu to drain

@@ -67,7 +67,11 @@ type txPath struct {
 	// a WaitTx woken by each one the host completes would retry it, fail
 	// and sleep again, once per completion.
 	need atomic.Int32
-	cur  openSection // the section being filled in this burst
+	// stalled is when a burst last came back short (nanotime): the
+	// transmitter outran the host, whose completions it now waits for
+	// (a hybrid Wait polls for them meanwhile, wait.go txPollSpan).
+	stalled atomic.Int64
+	cur     openSection // the section being filled in this burst
 
 	gpa      *idxRing        // free GPA-direct slots (SPSC, above)
 	gpaPkts  []*frame.Packet // per slot: the packet in flight (handed over, above)
@@ -225,6 +229,16 @@ func (t *txPath) ready() bool {
 	return sec || gpa
 }
 
+// owed reports, without locks, whether the transmitter waits on the
+// host's completions: a burst came back short within the last span
+// nanoseconds, and the host holds sends it has not completed (sections
+// or GPA slots neither free nor parked).
+func (t *txPath) owed(now, span int64) bool {
+	return now-t.stalled.Load() < span &&
+		(t.sec.len()+int(t.stashN.Load()) < len(t.secFrames) ||
+			t.gpa.len()+int(t.gpaStN.Load()) < gpaSlots)
+}
+
 // stopped records what the burst stopped for (and, for sections, how
 // many), storing only a change.
 func (t *txPath) stopped(w, need int32) {
@@ -318,6 +332,7 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 	}
 	if n < len(pkts) {
 		q.c.stopQueue.inc()
+		q.tx.stalled.Store(nanotime())
 	}
 	q.txMu.Unlock()
 	return n
@@ -644,20 +659,33 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 		}
 		q.w.txWaiting.Store(true)
 		if q.inMu.TryLock() {
+			// inMu stays held from the drain to the sleep: released in
+			// between, a Wait could take it and sleep, leaving this
+			// WaitTx blocked behind it, then asleep on the ring with
+			// the room that sleeper's drain freed.
 			if s.err() == nil {
 				q.drainLocked()
 			}
-			q.inMu.Unlock()
-			if q.txReady() {
-				q.w.txWaiting.Store(false)
-				return nil
+			var err error
+			switch {
+			case q.txReady():
+			case q.s.cfg.Mode == Hybrid && q.txPollLocked(ctx):
+			default:
+				err = q.sleepLocked(ctx, 1)
 			}
-			err := q.sleep(ctx, 1)
+			q.inMu.Unlock()
 			q.w.txWaiting.Store(false)
 			if err != nil {
 				return err
 			}
 			continue
+		}
+		// The holder's drain may have freed what we wait for after the
+		// check above but before it saw txWaiting: look again now that
+		// any later drain will poke txWake.
+		if q.txReady() {
+			q.w.txWaiting.Store(false)
+			return nil
 		}
 		t := time.NewTimer(time.Millisecond)
 		select {
@@ -668,6 +696,34 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 		}
 		t.Stop()
 		q.w.txWaiting.Store(false)
+	}
+}
+
+// txPollLocked is a hybrid WaitTx's spin before it sleeps on the ring,
+// holding inMu: while the host owes completions to a transmitter that
+// outran it (txPath.owed) and its last work came within txPollSpan, it
+// drains what comes until there is room, as Poll mode's WaitTx does, and
+// reports whether there is. A sleep here would add a wake-up to each of
+// the host's rounds of completions, the host's ring running dry
+// meanwhile.
+func (q *Queue) txPollLocked(ctx context.Context) bool {
+	for i := 1; ; i++ {
+		now := nanotime()
+		if now-q.rx.lastRx.Load() >= txPollSpan || !q.tx.owed(now, txPollSpan) {
+			return false
+		}
+		if _, in := q.ch.RingUsage(); in != 0 {
+			q.drainLocked()
+			if q.txReady() {
+				return true
+			}
+		}
+		if i%64 == 0 {
+			if q.s.err() != nil || q.w.err() != nil || ctx.Err() != nil {
+				return true // the caller's loop returns the error
+			}
+			q.yield()
+		}
 	}
 }
 

@@ -147,6 +147,17 @@ type spinBudget struct {
 	shift atomic.Int32 // the budget is PollBudget >> shift; maxSpinShift: none
 }
 
+// txPollSpan bounds how long a hybrid Wait keeps polling past its budget
+// for the completions a stalled transmitter waits on (txPath.owed): while
+// a burst came back short within it, sends are in flight and the host's
+// last work came within it. Under a full transmit load the completions
+// come in the host's rounds, further apart than PollBudget; a sleeper
+// between them holds inMu, so WaitTx would wait for the sleeper's
+// wake-up and drain (two hand-overs per round) instead of for the
+// completions, while the host's ring runs dry. A sender that never
+// outruns the host (a short burst) leaves the budget as it is.
+const txPollSpan = int64(5 * time.Millisecond)
+
 // maxSpinShift halvings take the 50 µs default below a microsecond, less
 // than one sleep and wake-up costs: the queue then sleeps at once.
 const maxSpinShift = 6
@@ -182,9 +193,10 @@ func (b *spinBudget) slept(gap int64, full time.Duration) {
 
 // Wait blocks until RxBurst may find work, the NIC fails, or ctx ends. In
 // Hybrid mode it first polls for up to Config.PollBudget since the queue
-// last found work (less while polling has not been paying, spinBudget),
-// then unmasks the channel's interrupt, checks again and sleeps on the
-// device's interrupt fd; Poll never sleeps; Interrupt sleeps at once. A
+// last found work (less while polling has not been paying, spinBudget;
+// longer, up to txPollSpan, while a transmitter that outran the host
+// waits on the completions it owes), then unmasks the channel's
+// interrupt, checks again and sleeps on the device's interrupt fd; Poll never sleeps; Interrupt sleeps at once. A
 // nil return can be spurious.
 func (q *Queue) Wait(ctx context.Context) error {
 	if err := q.s.err(); err != nil {
@@ -226,9 +238,20 @@ func (q *Queue) Wait(ctx context.Context) error {
 		}
 	case Hybrid:
 		budget := q.w.spin.budget(q.s.cfg.PollBudget)
-		for i := 1; nanotime()-q.rx.lastRx.Load() < budget; i++ {
+		for i := 1; ; i++ {
+			now := nanotime()
+			since := now - q.rx.lastRx.Load()
+			owed := false
+			if since >= budget {
+				if since >= txPollSpan || !q.tx.owed(now, txPollSpan) {
+					break
+				}
+				owed = true
+			}
 			if q.rxReady() {
-				q.w.spin.polled()
+				if !owed {
+					q.w.spin.polled()
+				}
 				q.c.rxPolls.inc()
 				q.c.pollNanos.v.Add(uint64(nanotime() - start))
 				return nil
@@ -236,6 +259,15 @@ func (q *Queue) Wait(ctx context.Context) error {
 			if i%64 == 0 {
 				if err := q.s.err(); err != nil {
 					return err
+				}
+				if owed {
+					if err := q.w.err(); err != nil {
+						return err
+					}
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					q.yield() // as Poll mode: the host shares the cores
 				}
 			}
 		}
@@ -259,6 +291,12 @@ func (q *Queue) Wait(ctx context.Context) error {
 func (q *Queue) sleep(ctx context.Context, role int) error {
 	q.inMu.Lock()
 	defer q.inMu.Unlock()
+	return q.sleepLocked(ctx, role)
+}
+
+// sleepLocked is sleep with inMu already held (WaitTx keeps it from its
+// drain on, so no other drain can free its room unseen in between).
+func (q *Queue) sleepLocked(ctx context.Context, role int) error {
 	if err := q.s.err(); err != nil {
 		return err
 	}
@@ -311,6 +349,12 @@ func (q *Queue) sleep(ctx context.Context, role int) error {
 	}
 	if role == 0 {
 		q.c.rxWakeups.inc()
+		// A WaitTx that found inMu held waits for this drain: do it
+		// now rather than after Wait returned and the caller came back
+		// for RxBurst (frames go to staging meanwhile).
+		if q.w.txWaiting.Load() {
+			q.drainLocked()
+		}
 	} else {
 		q.c.txWakeups.inc()
 	}

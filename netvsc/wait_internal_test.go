@@ -174,6 +174,136 @@ func TestPollModeYieldsTheCPU(t *testing.T) {
 	frame.PutBurst(pkts[:k])
 }
 
+// TestWaitTxWokenBySleepersDrain: a transmitter out of sections waits
+// for the drain of a receiver asleep in Wait (it holds inMu, so WaitTx
+// cannot drain itself). When the host's completions wake that sleeper,
+// the sections are free by the time its Wait returns: the sleeper drains
+// for the waiting transmitter at once rather than leaving it to the
+// caller's next RxBurst (which this receiver never calls) or to WaitTx's
+// fallback timer.
+func TestWaitTxWokenBySleepersDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid})
+	q := n.Queues()[0]
+
+	// The host takes the sends but completes none until the fault ends.
+	sn.Device().SetFault(sim.FaultStopDraining, true)
+	f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
+	pkts := make([]*frame.Packet, 16)
+	for full := false; !full; {
+		k := q.AllocBurst(pkts)
+		if k == 0 {
+			t.Fatal("pool exhausted before the send buffer")
+		}
+		for _, p := range pkts[:k] {
+			copy(p.SetLen(len(f)), f)
+		}
+		m := q.TxBurst(pkts[:k])
+		frame.PutBurst(pkts[m:k])
+		full = m < k
+	}
+	if q.txReady() {
+		t.Fatal("the transmitter has room with every send held by the host")
+	}
+
+	// The receiver: Wait only; each return reports whether the sections
+	// were free by then, once the host's completions are in the ring.
+	sleeps := q.c.idleSleeps.load()
+	freed := make(chan bool, 1)
+	rctx, rcancel := context.WithCancel(ctx)
+	rdone := make(chan struct{})
+	go func() {
+		defer close(rdone)
+		for rctx.Err() == nil {
+			if q.Wait(rctx) != nil {
+				return
+			}
+			if _, in := q.ch.RingUsage(); q.tx.ready() || in != 0 {
+				freed <- q.tx.ready()
+				return
+			}
+		}
+	}()
+	defer func() { rcancel(); <-rdone }()
+	for q.c.idleSleeps.load() == sleeps {
+		if ctx.Err() != nil {
+			t.Fatal("the receiver never went to sleep")
+		}
+		runtime.Gosched()
+	}
+
+	txErr := make(chan error, 1)
+	go func() { txErr <- q.WaitTx(ctx) }()
+	for !q.w.txWaiting.Load() {
+		if ctx.Err() != nil {
+			t.Fatal("WaitTx never waited")
+		}
+		runtime.Gosched()
+	}
+
+	sn.Device().SetFault(sim.FaultStopDraining, false)
+	select {
+	case ok := <-freed:
+		if !ok {
+			t.Error("the sleeper's Wait returned with the completions that woke it still in the ring")
+		}
+	case <-ctx.Done():
+		t.Fatal("the receiver's Wait never returned")
+	}
+	select {
+	case err := <-txErr:
+		if err != nil {
+			t.Fatalf("WaitTx: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("WaitTx never returned")
+	}
+}
+
+// TestTxOwed: a hybrid Wait polls past its budget for the host's
+// completions only while the transmitter stalled recently and the host
+// holds some of its sends (txPath.owed).
+func TestTxOwed(t *testing.T) {
+	const span = int64(5 * time.Millisecond)
+	const now = int64(time.Hour) // well past the zero of stalled
+	for _, tc := range []struct {
+		name     string
+		stalled  int64 // nanotime of the last short burst; 0: never
+		sections int   // sections in flight (of 4)
+		gpa      int   // GPA slots in flight
+		stashed  int   // of those sections, taken but parked, not sent
+		want     bool
+	}{
+		{"never stalled", 0, 4, 0, 0, false},
+		{"stalled, sections in flight", now - span/2, 4, 0, 0, true},
+		{"stalled, one section in flight", now - span/2, 1, 0, 0, true},
+		{"stalled, GPA in flight", now - span/2, 0, 3, 0, true},
+		{"stalled, nothing in flight", now - span/2, 0, 0, 0, false},
+		{"stalled, the taken sections parked", now - span/2, 2, 0, 2, false},
+		{"stalled too long ago", now - span, 4, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p txPath
+			p.init(1500)
+			p.assign(1, 5)
+			for range tc.sections {
+				idx, _ := p.sec.take()
+				if tc.stashed > len(p.stash) {
+					p.untakeSection(idx)
+				}
+			}
+			for range tc.gpa {
+				p.gpa.take()
+			}
+			p.stalled.Store(tc.stalled)
+			if got := p.owed(now, span); got != tc.want {
+				t.Errorf("owed = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // openWaitNIC opens a one-queue NIC with cfg (64 pool packets, a 10 s
 // control timeout) on a fresh simulated host; both close at cleanup.
 func openWaitNIC(t *testing.T, ctx context.Context, cfg Config) (*sim.NIC, *NIC) {

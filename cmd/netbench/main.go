@@ -43,8 +43,8 @@ var (
 	workers   = flag.Int("workers", 0, "txonly: goroutines transmitting, each serving its share of the queues (0: one per queue; 1: one for all, like testpmd with one forwarding lcore)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the guest side")
 	traceOut  = flag.String("trace", "", "write an execution trace of the guest side (go tool trace: scheduler latency)")
-	hostTrace = flag.String("hosttrace", "", "tapveth, latency: write an execution trace of the simulated host's process")
-	hostProf  = flag.String("hostprofile", "", "tapveth, latency: write a CPU profile of the simulated host's process")
+	hostTrace = flag.String("hosttrace", "", "tapveth, latency, rate: write an execution trace of the simulated host's process")
+	hostProf  = flag.String("hostprofile", "", "tapveth, latency, rate: write a CPU profile of the simulated host's process")
 	modes     = flag.String("modes", "hybrid,interrupt,poll", "wait modes for the rate and idle tests")
 	monLat    = flag.Duration("monitor-latency", 0, "host monitor-page scan latency the guest asks for (0: netvsc's 50 µs)")
 	reps      = flag.Int("reps", 3, "repetitions per sweep point (the median is reported)")
@@ -52,7 +52,7 @@ var (
 	offl      = flag.Bool("offloads", true, "tapveth: virtio-net headers with checksum and segmentation offloads on the guest's TAP and the host's TAP port")
 	rscOn     = flag.Bool("rsc", true, "tapveth: with offloads, ask the host for receive segment coalescing (netvsc.Config.RSC)")
 	gpaPool   = flag.Bool("gpa", true, "tapveth: give the guest NIC a GPA pool in the simulated guest memory, so large sends go GPA-direct (as the daemon does by default; false: copied into send sections)")
-	verbose   = flag.Bool("v", false, "tapveth: print drop counters of every layer to stderr after each point")
+	verbose   = flag.Bool("v", false, "tapveth: print drop counters of every layer to stderr after each point; rate: the queues' transmit counters")
 	tcpTool   = flag.String("tcp", "auto", "tapveth: TCP load: iperf3, go (in-process sockets), or auto (iperf3 when installed)")
 	hold      = flag.Bool("hold", false, "tapveth: set both paths up, print the namespaces and addresses, and wait for SIGINT instead of measuring")
 	rxStage   = flag.Int("rxstage", 0, "tapveth: the guest NIC's RxStage, and twice that many pool packets (0: netvsc's defaults)")
@@ -415,7 +415,8 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	if dir == "rx" {
 		port = "gen"
 	}
-	h, err := startHost("-port", port, "-size", strconv.Itoa(size), "-flows", "64")
+	h, err := startHost("-port", port, "-size", strconv.Itoa(size), "-flows", "64",
+		"-cpuprofile", *hostProf, "-trace", *hostTrace)
 	if err != nil {
 		return err
 	}
@@ -454,6 +455,14 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	n.Close()
 	hs := h.stop()
 	pk := float64(p1 - p0)
+	if *verbose {
+		for i := range s1.Queues {
+			a, b := s1.Queues[i], s0.Queues[i]
+			fmt.Fprintf(os.Stderr, "queue %d: sections %d completions %d stop_queue %d no_space %d busy %d wakeups rx %d idle_waits %d signals tx %d rx %d; host %v\n",
+				i, a.TxSections-b.TxSections, a.TxCompletions-b.TxCompletions, a.StopQueue-b.StopQueue, a.TxNoSpace-b.TxNoSpace, a.TxBusy-b.TxBusy,
+				a.Channel.Wakeups-b.Channel.Wakeups, a.Channel.IdleWaits-b.Channel.IdleWaits, a.Channel.TxSignals-b.Channel.TxSignals, a.Channel.RxSignals-b.Channel.RxSignals, hs)
+		}
+	}
 	var sig, wake, sleeps uint64
 	var poll, slept float64
 	for i := range s1.Queues {
