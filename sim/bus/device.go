@@ -166,10 +166,16 @@ func (d *Device) offer() error {
 	h := d.host
 	var err error
 	if d.cfg.RecvBuffer > 0 {
-		if d.recvFile, d.recvMem, err = newMemFile("recv", d.cfg.RecvBuffer); err != nil {
+		// The NIC's host reads and writes its buffers on the data path, so
+		// it maps them in full now (47 MiB at the standard sizes: tens of
+		// milliseconds); other devices' buffers (every bound device has
+		// them on kernels before 6.10) no protocol uses, and they stay
+		// lazy rather than hold memory nothing touches.
+		nic := d.cfg.Class == vmbus.ClassNetwork
+		if d.recvFile, d.recvMem, err = newMemFile("recv", d.cfg.RecvBuffer, nic); err != nil {
 			return err
 		}
-		if d.sendFile, d.sendMem, err = newMemFile("send", d.cfg.SendBuffer); err != nil {
+		if d.sendFile, d.sendMem, err = newMemFile("send", d.cfg.SendBuffer, nic); err != nil {
 			return err
 		}
 	}

@@ -222,7 +222,7 @@ func newTestUIOHost(t *testing.T, o testUIOHostOpts) *testUIOHost {
 	}
 	var files []*os.File
 	for _, size := range o.mapSizes {
-		f, mem, err := newMemFile("map", size)
+		f, mem, err := newMemFile("map", size, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -151,7 +151,34 @@ func OpenFileGuestMemory(root string) (GuestMemory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: guest memory: mmap %s: %w", p, err)
 	}
+	populateData(f, mem)
 	return &fileGuestMemory{mem: mem}, nil
+}
+
+// populateData maps now the pages of mem, a mapping of f from offset 0,
+// that the file holds data for (SEEK_DATA/SEEK_HOLE): the guest RAM a
+// guest has written, its pinned pool among it, which a real host reads
+// without faulting (populate). Holes stay lazy: populating them would
+// allocate the whole sparse file on tmpfs, and a read of a hole is rare
+// (a guest sends from memory it wrote). Pages the guest writes after the
+// session opened fault in at the host's first read, as before. Best effort.
+func populateData(f *os.File, mem []byte) {
+	fd, size := int(f.Fd()), int64(len(mem))
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if err != nil || data >= size {
+			return // ENXIO: no data past off
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return
+		}
+		hole = min(hole, size)
+		page := int64(os.Getpagesize())
+		start, end := data&^(page-1), min((hole+page-1)&^(page-1), size)
+		populate(mem[start:end], false)
+		off = hole
+	}
 }
 
 func (g *fileGuestMemory) ReadPage(p []byte, pfn uint64, off uint32) error {

@@ -143,11 +143,11 @@ func New(cfg Config) (*Host, error) {
 		nextRelID: 14, nextGPADL: 0xe1e10, monitored: map[int]*Channel{}, monKick: make(chan struct{}, 1),
 		listenKick: make(chan struct{}, 1),
 		viol:       map[string]uint64{}, lock: lock}
-	if h.intFile, h.intPage, err = newMemFile("int_page", 4096); err != nil {
+	if h.intFile, h.intPage, err = newMemFile("int_page", 4096, true); err != nil {
 		lock.Close()
 		return nil, err
 	}
-	if h.monFile, h.monPage, err = newMemFile("monitor_page", vmbus.MonitorPageSize); err != nil {
+	if h.monFile, h.monPage, err = newMemFile("monitor_page", vmbus.MonitorPageSize, true); err != nil {
 		h.intFile.Close()
 		lock.Close()
 		return nil, err

@@ -7,7 +7,7 @@ import (
 )
 
 func TestNewMemFileSharesMemoryWithItsFile(t *testing.T) {
-	f, mem, err := newMemFile("test", 3*4096)
+	f, mem, err := newMemFile("test", 3*4096, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestNewMemFileSharesMemoryWithItsFile(t *testing.T) {
 }
 
 func TestNewMemFileRejectsEmpty(t *testing.T) {
-	if _, _, err := newMemFile("empty", 0); err == nil {
+	if _, _, err := newMemFile("empty", 0, true); err == nil {
 		t.Error("size 0 accepted")
 	}
 }

@@ -513,6 +513,7 @@ func prepareRingFile(devDir string, relid uint32, size int, init func(mem []byte
 	if err != nil {
 		return fail(fmt.Errorf("mmap: %w", err))
 	}
+	populate(m, true)
 	if init != nil {
 		if err := init(m); err != nil {
 			return fail(err)
