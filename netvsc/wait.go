@@ -196,8 +196,8 @@ func (b *spinBudget) slept(gap int64, full time.Duration) {
 // last found work (less while polling has not been paying, spinBudget;
 // longer, up to txPollSpan, while a transmitter that outran the host
 // waits on the completions it owes), then unmasks the channel's
-// interrupt, checks again and sleeps on the device's interrupt fd; Poll never sleeps; Interrupt sleeps at once. A
-// nil return can be spurious.
+// interrupt, checks again and sleeps on the device's interrupt fd; Poll
+// never sleeps; Interrupt sleeps at once. A nil return can be spurious.
 func (q *Queue) Wait(ctx context.Context) error {
 	if err := q.s.err(); err != nil {
 		return err
