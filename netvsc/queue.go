@@ -180,9 +180,17 @@ func (q *Queue) RxBurst(pkts []*frame.Packet) int {
 	if n < len(pkts) && q.vf != nil {
 		n += q.vfRx(pkts[n:]) // the synthetic ring first, then the VF
 	}
+	if n == len(pkts) && n >= fullBurstMin {
+		r.fullAt.Store(nanotime())
+	}
 	q.inMu.Unlock()
 	return n
 }
+
+// fullBurstMin is the smallest slice whose filling marks the receiver as
+// behind the host (rxPath.fullAt): a caller reading one frame at a time
+// fills its slice on every frame, load or not.
+const fullBurstMin = 8
 
 // drainLocked reads the inbound ring until it is empty (or burstMax
 // packets, then again after committing), handling every packet. inMu is

@@ -224,6 +224,11 @@ type rxPath struct {
 	freshN  int
 	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
 	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
+	// fullAt is when an RxBurst last filled the caller's slice of at
+	// least fullBurstMin (nanotime): the host was ahead of the receiver,
+	// and a hybrid Wait polls through the host's next round (wait.go
+	// loadPollSpan) instead of sleeping between rounds.
+	fullAt atomic.Int64
 	// inPos is the inbound-ring bytes the drain has read (packets and
 	// trailers), at where the packet being handled starts: the positions
 	// completions.reused compares.

@@ -69,7 +69,7 @@ type txPath struct {
 	need atomic.Int32
 	// stalled is when a burst last came back short (nanotime): the
 	// transmitter outran the host, whose completions it now waits for
-	// (a hybrid Wait polls for them meanwhile, wait.go txPollSpan).
+	// (a hybrid Wait polls for them meanwhile, wait.go loadPollSpan).
 	stalled atomic.Int64
 	cur     openSection // the section being filled in this burst
 
@@ -701,7 +701,7 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 
 // txPollLocked is a hybrid WaitTx's spin before it sleeps on the ring,
 // holding inMu: while the host owes completions to a transmitter that
-// outran it (txPath.owed) and its last work came within txPollSpan, it
+// outran it (txPath.owed) and its last work came within loadPollSpan, it
 // drains what comes until there is room, as Poll mode's WaitTx does, and
 // reports whether there is. A sleep here would add a wake-up to each of
 // the host's rounds of completions, the host's ring running dry
@@ -709,7 +709,7 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 func (q *Queue) txPollLocked(ctx context.Context) bool {
 	for i := 1; ; i++ {
 		now := nanotime()
-		if now-q.rx.lastRx.Load() >= txPollSpan || !q.tx.owed(now, txPollSpan) {
+		if now-q.rx.lastRx.Load() >= loadPollSpan || !q.tx.owed(now, loadPollSpan) {
 			return false
 		}
 		if _, in := q.ch.RingUsage(); in != 0 {

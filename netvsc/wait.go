@@ -147,16 +147,25 @@ type spinBudget struct {
 	shift atomic.Int32 // the budget is PollBudget >> shift; maxSpinShift: none
 }
 
-// txPollSpan bounds how long a hybrid Wait keeps polling past its budget
-// for the completions a stalled transmitter waits on (txPath.owed): while
-// a burst came back short within it, sends are in flight and the host's
-// last work came within it. Under a full transmit load the completions
-// come in the host's rounds, further apart than PollBudget; a sleeper
-// between them holds inMu, so WaitTx would wait for the sleeper's
-// wake-up and drain (two hand-overs per round) instead of for the
-// completions, while the host's ring runs dry. A sender that never
-// outruns the host (a short burst) leaves the budget as it is.
-const txPollSpan = int64(5 * time.Millisecond)
+// loadPollSpan bounds how long a hybrid Wait keeps polling past its
+// budget while the queue is under full load (Queue.loaded): a
+// transmitter stalled on the completions the host owes it (txPath.owed),
+// or a receiver whose bursts came back full (rxPath.fullAt), within the
+// span, and the host's last work came within it too. Under full load the
+// host works in rounds further apart than PollBudget: completions for a
+// pass over the send sections, or a refill of the receive buffer after
+// the guest returned it. A sleep between rounds costs a wake-up per
+// round, while the host's ring runs dry; a sleeper also holds inMu, so a
+// WaitTx waits for its wake-up and drain (two hand-overs per round).
+// Traffic that never outruns the host (a short burst, a request at a
+// time) leaves the budget as it is.
+const loadPollSpan = int64(5 * time.Millisecond)
+
+// loaded reports, without locks, whether the queue was under full load
+// within loadPollSpan of now.
+func (q *Queue) loaded(now int64) bool {
+	return now-q.rx.fullAt.Load() < loadPollSpan || q.tx.owed(now, loadPollSpan)
+}
 
 // maxSpinShift halvings take the 50 µs default below a microsecond, less
 // than one sleep and wake-up costs: the queue then sleeps at once.
@@ -194,8 +203,7 @@ func (b *spinBudget) slept(gap int64, full time.Duration) {
 // Wait blocks until RxBurst may find work, the NIC fails, or ctx ends. In
 // Hybrid mode it first polls for up to Config.PollBudget since the queue
 // last found work (less while polling has not been paying, spinBudget;
-// longer, up to txPollSpan, while a transmitter that outran the host
-// waits on the completions it owes), then unmasks the channel's
+// longer, up to loadPollSpan, while the queue is under full load), then unmasks the channel's
 // interrupt, checks again and sleeps on the device's interrupt fd; Poll
 // never sleeps; Interrupt sleeps at once. A nil return can be spurious.
 func (q *Queue) Wait(ctx context.Context) error {
@@ -241,15 +249,15 @@ func (q *Queue) Wait(ctx context.Context) error {
 		for i := 1; ; i++ {
 			now := nanotime()
 			since := now - q.rx.lastRx.Load()
-			owed := false
+			loaded := false
 			if since >= budget {
-				if since >= txPollSpan || !q.tx.owed(now, txPollSpan) {
+				if since >= loadPollSpan || !q.loaded(now) {
 					break
 				}
-				owed = true
+				loaded = true
 			}
 			if q.rxReady() {
-				if !owed {
+				if !loaded {
 					q.w.spin.polled()
 				}
 				q.c.rxPolls.inc()
@@ -260,7 +268,7 @@ func (q *Queue) Wait(ctx context.Context) error {
 				if err := q.s.err(); err != nil {
 					return err
 				}
-				if owed {
+				if loaded {
 					if err := q.w.err(); err != nil {
 						return err
 					}

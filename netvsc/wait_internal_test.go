@@ -338,3 +338,71 @@ func frameTo(mac []byte) []byte {
 	f[12], f[13] = 0x08, 0x00
 	return f
 }
+
+// TestFullReceiveBurstsKeepHybridPolling: once an RxBurst has filled a
+// slice of at least fullBurstMin (the host was ahead of the receiver), a
+// hybrid Wait with no poll budget left keeps polling, yielding as Poll
+// does, through the gap to the host's next round instead of sleeping;
+// bursts that never fill such a slice leave it sleeping.
+func TestFullReceiveBurstsKeepHybridPolling(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		slice int // the receiver's RxBurst slice
+		poll  bool
+	}{
+		{"full bursts", fullBurstMin, true},
+		{"a frame at a time", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
+			q := n.Queues()[0]
+			f := frameTo(n.MAC())
+			burst := make([][]byte, fullBurstMin)
+			for i := range burst {
+				burst[i] = f
+			}
+			if k := sn.Deliver(burst); k != len(burst) {
+				t.Fatalf("host took %d of %d frames", k, len(burst))
+			}
+			pkts := make([]*frame.Packet, tc.slice)
+			for got := 0; got < len(burst); {
+				if ctx.Err() != nil {
+					t.Fatalf("received %d of %d frames", got, len(burst))
+				}
+				k := q.RxBurst(pkts)
+				frame.PutBurst(pkts[:k])
+				got += k
+			}
+			if got := q.loaded(nanotime()); got != tc.poll {
+				t.Fatalf("loaded = %v after bursts of %d, want %v", got, tc.slice, tc.poll)
+			}
+			if !tc.poll {
+				return
+			}
+			// A Wait that sleeps at once never yields, and nothing else
+			// sends the frame: only a polling Wait returns with it. (Once
+			// it is sent, the Wait may still sleep before the host
+			// writes it: on a loaded machine loadPollSpan can pass.)
+			yields, yield := 0, q.yield
+			q.yield = func() {
+				yields++
+				if yields == 3 {
+					if k := sn.Deliver([][]byte{f}); k != 1 {
+						t.Errorf("host took %d frames", k)
+					}
+				}
+				yield()
+			}
+			for k := 0; k == 0; k = q.RxBurst(pkts) {
+				if err := q.Wait(ctx); err != nil {
+					t.Fatalf("hybrid wait after full bursts: %v after %d yields", err, yields)
+				}
+			}
+			if yields < 3 {
+				t.Errorf("the frame came after %d yields, want the one the third yield sent", yields)
+			}
+		})
+	}
+}
