@@ -1,10 +1,10 @@
 package uio
 
 import (
-	"encoding/binary"
 	"os"
 	"testing"
-	"unsafe"
+
+	"github.com/vmbusd/vmbusd/internal/testutil"
 )
 
 func TestCharMapOffsetIsIndexPages(t *testing.T) {
@@ -72,29 +72,16 @@ func TestMmapSharedAtOffset(t *testing.T) {
 	}
 }
 
-// residentPages counts the pages of mem that have a page-table entry now
-// (/proc/self/pagemap bit 63), without touching them.
+// residentPages counts the pages of mem that have a page-table entry now.
 func residentPages(t *testing.T, mem []byte) int {
 	t.Helper()
-	f, err := os.Open("/proc/self/pagemap")
-	if err != nil {
-		t.Skipf("pagemap: %v", err)
-	}
-	defer f.Close()
-	page := uintptr(os.Getpagesize())
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(mem))) / page
-	n := (uintptr(len(mem)) + page - 1) / page
-	buf := make([]byte, 8*n)
-	if _, err := f.ReadAt(buf, int64(start*8)); err != nil {
-		t.Fatalf("pagemap: %v", err)
-	}
-	present := 0
-	for i := range n {
-		if binary.LittleEndian.Uint64(buf[8*i:])&(1<<63) != 0 {
-			present++
+	n := 0
+	for _, p := range testutil.ResidentPages(t, mem) {
+		if p {
+			n++
 		}
 	}
-	return present
+	return n
 }
 
 // TestOpenPrefaults: the maps Options.Prefault names (a prefix with ":",

@@ -1,38 +1,15 @@
 package bus
 
 import (
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmbusd/vmbusd/internal/testutil"
 	"github.com/vmbusd/vmbusd/vmbus"
 )
-
-// residentPages reports, for each page of mem, whether it has a page-table
-// entry now (/proc/self/pagemap bit 63), without touching it.
-func residentPages(t *testing.T, mem []byte) []bool {
-	t.Helper()
-	f, err := os.Open("/proc/self/pagemap")
-	if err != nil {
-		t.Skipf("pagemap: %v", err)
-	}
-	defer f.Close()
-	page := uintptr(os.Getpagesize())
-	start := uintptrOf(mem) / page
-	n := (uintptr(len(mem)) + page - 1) / page
-	buf := make([]byte, 8*n)
-	if _, err := f.ReadAt(buf, int64(start*8)); err != nil {
-		t.Fatalf("pagemap: %v", err)
-	}
-	present := make([]bool, n)
-	for i := range present {
-		present[i] = binary.LittleEndian.Uint64(buf[8*i:])&(1<<63) != 0
-	}
-	return present
-}
 
 // skipWithoutPopulate skips on a kernel that refuses MADV_POPULATE_* (before
 // 5.14), where populate leaves the pages lazy by design.
@@ -67,15 +44,7 @@ func TestSharedMemoryIsMappedAtCreation(t *testing.T) {
 			return mem
 		}},
 		{"ring file", func(t *testing.T) []byte {
-			root := sysfsTestTree(t)
-			devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := writeChannel(devDir, chanAttrs{RelID: 31, SubchannelID: 1, MonitorID: -1, CPU: 1}); err != nil {
-				t.Fatal(err)
-			}
-			f, mem, err := createRingFile(devDir, 31, 2*0x5000, nil)
+			f, mem, err := createRingFile(subchannelTestDir(t), 31, 2*0x5000, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +55,7 @@ func TestSharedMemoryIsMappedAtCreation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := tc.create(t)
 			defer unmapMem(mem)
-			for i, ok := range residentPages(t, mem) {
+			for i, ok := range testutil.ResidentPages(t, mem) {
 				if !ok {
 					t.Fatalf("page %d of %d not mapped after creation", i, len(mem)/os.Getpagesize())
 				}
@@ -125,7 +94,7 @@ func TestFileGuestMemoryMapsWrittenPagesAtOpen(t *testing.T) {
 	if os.Getpagesize() != 4096 {
 		t.Skipf("page size %d", os.Getpagesize())
 	}
-	for i, ok := range residentPages(t, mem) {
+	for i, ok := range testutil.ResidentPages(t, mem) {
 		if ok != written[i] {
 			t.Errorf("page %d mapped %v after open, want %v", i, ok, written[i])
 		}
@@ -163,7 +132,7 @@ func TestDeviceBuffersMappedAtOfferOnlyForTheNIC(t *testing.T) {
 					t.Fatalf("%s: %d bytes, want %d", name, len(mem), size)
 				}
 				mapped := 0
-				for _, ok := range residentPages(t, mem) {
+				for _, ok := range testutil.ResidentPages(t, mem) {
 					if ok {
 						mapped++
 					}

@@ -238,7 +238,10 @@ func TestWriteChannelLayout(t *testing.T) {
 	}
 }
 
-func TestCreateRingFileAppearsAtomically(t *testing.T) {
+// subchannelTestDir writes the test NIC with its subchannel 31 (no ring
+// file yet) into a fresh tree and returns the device's directory.
+func subchannelTestDir(t *testing.T) string {
+	t.Helper()
 	root := sysfsTestTree(t)
 	devDir, err := writeDevice(root, devAttrs{Class: vmbus.ClassNetwork, Instance: sysfsTestNIC, RelID: 14, MonitorID: 3})
 	if err != nil {
@@ -247,6 +250,11 @@ func TestCreateRingFileAppearsAtomically(t *testing.T) {
 	if err := writeChannel(devDir, chanAttrs{RelID: 31, SubchannelID: 1, MonitorID: -1, CPU: 1}); err != nil {
 		t.Fatal(err)
 	}
+	return devDir
+}
+
+func TestCreateRingFileAppearsAtomically(t *testing.T) {
+	devDir := subchannelTestDir(t)
 	chDir := filepath.Join(devDir, "channels", "31")
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
