@@ -40,6 +40,19 @@ func (r *idxRing) put(v uint32) {
 	r.tail.Store(t + 1)
 }
 
+// takeAll appends every free index to dst, oldest first, with one store
+// of head however many it takes.
+func (r *idxRing) takeAll(dst []uint32) []uint32 {
+	h, t := r.head.Load(), r.tail.Load()
+	for i := h; i != t; i++ {
+		dst = append(dst, r.idx[i&r.mask])
+	}
+	if h != t {
+		r.head.Store(t)
+	}
+	return dst
+}
+
 // len returns how many indices are free now.
 func (r *idxRing) len() int { return int(r.tail.Load() - r.head.Load()) }
 
@@ -72,4 +85,29 @@ func (b *sendBuf) partition(q, n int) (lo, hi int) {
 func (b *sendBuf) section(i int) []byte {
 	off := i * b.sectionSize
 	return b.mem[off : off+b.sectionSize : off+b.sectionSize]
+}
+
+// gatherFreed moves the sections the host completed since the last take
+// from the free ring onto the stash, in the order they were freed, so
+// that takeSection, which takes from the stash's end, hands out the
+// section freed last (LIFO). A request at a time then reuses one section
+// whose lines are still in the caches of both sides (the sender's copy,
+// the host's read), instead of walking the queue's whole run of sections
+// (megabytes) round-robin and touching a cold one every send. It moves
+// them all at once: a sender under load pays two atomic stores per
+// gather, not per section. Sender side (txMu). The lock-free readers of
+// the free count (txPath.ready, owed) may see a section twice while it
+// moves, never not at all: a spurious "room", which a waiter retries,
+// rather than a missed one.
+func (t *txPath) gatherFreed() {
+	k := t.sec.len()
+	if k == 0 {
+		return
+	}
+	n := len(t.stash)
+	t.stashN.Store(int32(n + k))
+	t.stash = t.sec.takeAll(t.stash)
+	if len(t.stash) != n+k {
+		t.stashN.Store(int32(len(t.stash))) // more came meanwhile
+	}
 }

@@ -164,13 +164,15 @@ func (t *txPath) assign(lo, hi int) {
 	t.sec = newIdxRing(hi - lo)
 	t.secFrames = make([]uint32, hi-lo)
 	t.secBytes = make([]uint32, hi-lo)
+	t.stash = make([]uint32, 0, hi-lo) // room for every section: gatherFreed never allocates
 	for i := lo; i < hi; i++ {
 		t.sec.put(uint32(i))
 	}
 }
 
-// takeSection returns a free section, the stashed ones first.
+// takeSection returns the section freed last (sendbuf.go, lifoSections).
 func (t *txPath) takeSection() (uint32, bool) {
+	t.gatherFreed()
 	if n := len(t.stash); n > 0 {
 		v := t.stash[n-1]
 		t.stash = t.stash[:n-1]
