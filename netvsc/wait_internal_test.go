@@ -344,7 +344,14 @@ func frameTo(mac []byte) []byte {
 // hybrid Wait with no poll budget left keeps polling, yielding as Poll
 // does, through the gap to the host's next round instead of sleeping;
 // bursts that never fill such a slice leave it sleeping.
+//
+// The load mark lasts loadPollSpan (5 ms) of real time, and on a loaded
+// machine the test's goroutine can be off its CPU longer than that between
+// two statements. An attempt that saw the mark lapse is therefore tried
+// again (up to fullBurstAttempts); one in which a Wait slept at once while
+// the mark was fresh fails the test at once.
 func TestFullReceiveBurstsKeepHybridPolling(t *testing.T) {
+	const fullBurstAttempts = 8
 	for _, tc := range []struct {
 		name  string
 		slice int // the receiver's RxBurst slice
@@ -354,7 +361,7 @@ func TestFullReceiveBurstsKeepHybridPolling(t *testing.T) {
 		{"a frame at a time", 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
 			q := n.Queues()[0]
@@ -363,28 +370,7 @@ func TestFullReceiveBurstsKeepHybridPolling(t *testing.T) {
 			for i := range burst {
 				burst[i] = f
 			}
-			if k := sn.Deliver(burst); k != len(burst) {
-				t.Fatalf("host took %d of %d frames", k, len(burst))
-			}
 			pkts := make([]*frame.Packet, tc.slice)
-			for got := 0; got < len(burst); {
-				if ctx.Err() != nil {
-					t.Fatalf("received %d of %d frames", got, len(burst))
-				}
-				k := q.RxBurst(pkts)
-				frame.PutBurst(pkts[:k])
-				got += k
-			}
-			if got := q.loaded(nanotime()); got != tc.poll {
-				t.Fatalf("loaded = %v after bursts of %d, want %v", got, tc.slice, tc.poll)
-			}
-			if !tc.poll {
-				return
-			}
-			// A Wait that sleeps at once never yields, and nothing else
-			// sends the frame: only a polling Wait returns with it. (Once
-			// it is sent, the Wait may still sleep before the host
-			// writes it: on a loaded machine loadPollSpan can pass.)
 			yields, yield := 0, q.yield
 			q.yield = func() {
 				yields++
@@ -395,13 +381,63 @@ func TestFullReceiveBurstsKeepHybridPolling(t *testing.T) {
 				}
 				yield()
 			}
-			for k := 0; k == 0; k = q.RxBurst(pkts) {
-				if err := q.Wait(ctx); err != nil {
+			for attempt := 1; ; attempt++ {
+				if attempt > fullBurstAttempts {
+					t.Fatalf("the load mark lapsed before the check in all %d attempts", fullBurstAttempts)
+				}
+				if k := sn.Deliver(burst); k != len(burst) {
+					t.Fatalf("host took %d of %d frames", k, len(burst))
+				}
+				for got := 0; got < len(burst); {
+					if ctx.Err() != nil {
+						t.Fatalf("received %d of %d frames", got, len(burst))
+					}
+					k := q.RxBurst(pkts)
+					frame.PutBurst(pkts[:k])
+					got += k
+				}
+				mark := max(q.rx.fullAt.Load(), q.rx.lastRx.Load())
+				now := nanotime()
+				got := q.loaded(now)
+				if !tc.poll {
+					if got {
+						t.Fatalf("loaded after bursts of %d, want not", tc.slice)
+					}
+					return
+				}
+				if !got {
+					if now-mark < loadPollSpan {
+						t.Fatalf("not loaded %v after bursts of %d", time.Duration(now-mark), tc.slice)
+					}
+					continue // the mark lapsed before the check
+				}
+				// A Wait that sleeps at once never yields, and nothing else
+				// sends the frame: only a polling Wait returns with it. (Once
+				// it is sent, the Wait may still sleep before the host
+				// writes it; the frame's signal wakes it.)
+				yields = 0
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				start, polled := nanotime(), q.c.pollNanos.v.Load()
+				var err error
+				for k := 0; k == 0 && err == nil; k = q.RxBurst(pkts) {
+					err = q.Wait(actx)
+				}
+				acancel()
+				if err == nil {
+					if yields < 3 {
+						t.Errorf("the frame came after %d yields, want the one the third yield sent", yields)
+					}
+					return
+				}
+				if ctx.Err() != nil {
 					t.Fatalf("hybrid wait after full bursts: %v after %d yields", err, yields)
 				}
-			}
-			if yields < 3 {
-				t.Errorf("the frame came after %d yields, want the one the third yield sent", yields)
+				// The Wait stopped polling (start plus the time it polled):
+				// a lapse has it at least loadPollSpan after the mark.
+				if stop := start + int64(q.c.pollNanos.v.Load()-polled); yields == 0 && stop-mark < loadPollSpan/2 {
+					t.Fatalf("hybrid wait stopped polling %v after full bursts and slept (%v)", time.Duration(stop-mark), err)
+				}
+				// The mark lapsed while the Wait polled: try again.
 			}
 		})
 	}
