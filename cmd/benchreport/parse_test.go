@@ -192,6 +192,13 @@ func TestTrimProcs(t *testing.T) {
 }
 
 func TestBenchstatUnits(t *testing.T) {
+	// benchstat writes a unit in ns as sec: the gobench row asks for
+	// guest-sec/pkt, and must find it.
+	st := "goos: linux\n\n      │ a │\n      │ guest-sec/pkt │\nX-2   1.0n\n\n      │ a │\n      │ signals/pkt │\nX-2   1\n"
+	if got := benchstatUnits(st, "guest-sec/pkt"); !strings.Contains(got, "guest-sec/pkt") || strings.Contains(got, "signals") {
+		t.Errorf("guest-sec/pkt table not kept alone:\n%s", got)
+	}
+
 	got := benchstatUnits(readTestdata(t, "benchstat.txt"), "sec/op", "allocs/op")
 	if !strings.HasPrefix(got, "goos: linux") || !strings.Contains(got, "sec/op") || !strings.Contains(got, "allocs/op") {
 		t.Errorf("lost the header or a kept table:\n%s", got)

@@ -31,8 +31,8 @@ func gobenchRow() row {
 			"`BenchmarkRingSendBurst`, `BenchmarkRingCrossCore` and " +
 			"`BenchmarkChannelEcho` measure the ring alone, across two spinning goroutines, and a channel end to end. The " +
 			"tables give every metric the benchmarks report, `median [min–max]` over the N counts (at least 6, so benchstat " +
-			"can give a confidence interval); benchstat's summary of sec/op, pkts/s, guest-ns/pkt, work-ns/pkt and allocs/op " +
-			"(median ± 95 % confidence interval) follows each table.",
+			"can give a confidence interval); benchstat's summary of sec/op, pkts/s, guest-ns/pkt, work-ns/pkt (which benchstat " +
+			"writes as guest-sec/pkt and work-sec/pkt) and allocs/op (median ± 95 % confidence interval) follows each table.",
 		run: runGobench}
 }
 
@@ -77,7 +77,9 @@ func runGobench(ctx context.Context, e *env, s *section) error {
 			s.para("benchstat could not run: %s", oneLine(err.Error()))
 			continue
 		}
-		s.code(benchstatUnits(st, "sec/op", "pkts/s", "guest-ns/pkt", "work-ns/pkt", "allocs/op"))
+		// benchstat scales units in ns to seconds: guest-ns/pkt is its
+		// guest-sec/pkt.
+		s.code(benchstatUnits(st, "sec/op", "pkts/s", "guest-sec/pkt", "work-sec/pkt", "allocs/op"))
 	}
 	if len(s.failures) == len(gobenchSets) {
 		return fmt.Errorf("no package's benchmarks ran: %s", strings.Join(s.failures, "; "))
