@@ -96,6 +96,11 @@ func TestTxBurstAllocatesNothing(t *testing.T) {
 // sendTemplate transmits total copies of tmpl on q in bursts of len(pkts),
 // waiting for room whenever a burst comes back short, as a caller does.
 func sendTemplate(tb testing.TB, ctx context.Context, q *netvsc.Queue, tmpl []byte, pkts []*frame.Packet, total int) {
+	sendMetered(tb, ctx, q, tmpl, pkts, total, nil)
+}
+
+// sendMetered is sendTemplate with its waits timed by wm (nil: untimed).
+func sendMetered(tb testing.TB, ctx context.Context, q *netvsc.Queue, tmpl []byte, pkts []*frame.Packet, total int, wm *waitMeter) {
 	for sent := 0; sent < total; {
 		k := q.AllocBurst(pkts[:min(len(pkts), total-sent)])
 		for _, p := range pkts[:k] {
@@ -105,7 +110,7 @@ func sendTemplate(tb testing.TB, ctx context.Context, q *netvsc.Queue, tmpl []by
 		frame.PutBurst(pkts[m:k])
 		sent += m
 		if m < k || k == 0 {
-			if err := q.WaitTx(ctx); err != nil {
+			if err := wm.waitTx(ctx, q); err != nil {
 				tb.Fatal(err)
 			}
 		}

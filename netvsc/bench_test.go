@@ -3,9 +3,11 @@ package netvsc_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/vmbusd/vmbusd/frame"
 	"github.com/vmbusd/vmbusd/netvsc"
@@ -37,13 +39,93 @@ func threadCPU(b *testing.B) time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-func report(b *testing.B, q *netvsc.Queue, start time.Time, cpu0 time.Duration, before netvsc.QueueStats) {
+// threadNanos is threadCPU for the samples around every wait: a raw
+// system call (no vDSO serves this clock), without the scheduler
+// hand-off of unix.ClockGettime, which would double each sample's cost.
+// The clock cannot fail for the calling thread; 0 on error.
+func threadNanos() int64 {
+	var ts unix.Timespec
+	if _, _, e := unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID,
+		uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// waitMeter times the guest thread's CPU inside Queue.Wait and
+// Queue.WaitTx. A hybrid queue under full load keeps polling inside its
+// waits until the host catches up (wait.go loadPollSpan), so the thread's
+// CPU per packet (guest-ns/pkt) mixes the driver's work with time spent
+// waiting for the simulated host; work-ns/pkt leaves the waits out. The
+// waits come once per thousands of packets, so sampling around them costs
+// little; report subtracts that cost too. A nil *waitMeter just waits.
+type waitMeter struct {
+	ns    int64  // thread CPU inside the waits (half their samples' cost included)
+	calls int64  // waits timed
+	reaps uint64 // send completions WaitTx reaped (work done while waiting)
+}
+
+func (m *waitMeter) waitRx(ctx context.Context, q *netvsc.Queue) error {
+	if m == nil {
+		return q.Wait(ctx)
+	}
+	t0 := threadNanos()
+	err := q.Wait(ctx)
+	m.ns += threadNanos() - t0
+	m.calls++
+	return err
+}
+
+func (m *waitMeter) waitTx(ctx context.Context, q *netvsc.Queue) error {
+	if m == nil {
+		return q.WaitTx(ctx)
+	}
+	// Stats inside the samples: the counting is charged to the wait.
+	t0 := threadNanos()
+	c0 := q.Stats().TxCompletions
+	err := q.WaitTx(ctx)
+	m.reaps += q.Stats().TxCompletions - c0
+	m.ns += threadNanos() - t0
+	m.calls++
+	return err
+}
+
+// sampleCost returns the thread CPU one threadNanos call costs, from runs
+// of back-to-back calls (the cheapest run: preemption only adds).
+func sampleCost() float64 {
+	const n = 1000
+	best := math.Inf(1)
+	for range 5 {
+		t0 := threadNanos()
+		for range n - 1 {
+			threadNanos()
+		}
+		best = min(best, float64(threadNanos()-t0)/n)
+	}
+	return best
+}
+
+// report adds the per-packet metrics (docs/performance.md, "In-process
+// benchmarks"): guest-ns/pkt is all the guest thread's CPU, work-ns/pkt
+// the part outside the waits, less the cost of the samples around them
+// (each wait's two samples cost about 2×sampleCost, half of it inside the
+// wait's figure and half outside; clock-ns/pkt is that whole cost per
+// packet). wait-reaps/pkt counts the send completions WaitTx reaped: that
+// reaping is work, but counted as waiting.
+func report(b *testing.B, q *netvsc.Queue, start time.Time, cpu0 time.Duration, before netvsc.QueueStats, m *waitMeter) {
 	el := time.Since(start)
 	cpu := threadCPU(b) - cpu0
 	st := q.Stats()
 	n := float64(b.N)
+	c := sampleCost()
 	b.ReportMetric(n/el.Seconds(), "pkts/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/n, "guest-ns/pkt")
+	b.ReportMetric((float64(cpu.Nanoseconds()-m.ns)-float64(m.calls)*c)/n, "work-ns/pkt")
+	b.ReportMetric(float64(m.calls)/n, "waits/pkt")
+	b.ReportMetric(2*c*float64(m.calls)/n, "clock-ns/pkt")
+	if st.TxCompletions > before.TxCompletions {
+		b.ReportMetric(float64(m.reaps)/n, "wait-reaps/pkt")
+	}
 	ch, ch0 := st.Channel, before.Channel
 	b.ReportMetric(float64(ch.TxSignals+ch.RxSignals-ch0.TxSignals-ch0.RxSignals)/n, "signals/pkt")
 	b.ReportMetric(float64(ch.Wakeups-ch0.Wakeups)/n, "wakeups/pkt")
@@ -74,6 +156,7 @@ func BenchmarkNetvscRxBurst(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			before := q.Stats()
+			m := new(waitMeter)
 			b.ResetTimer()
 			start, cpu0 := time.Now(), threadCPU(b)
 			for got := 0; got < b.N; {
@@ -81,11 +164,11 @@ func BenchmarkNetvscRxBurst(b *testing.B) {
 				got += k
 				frame.PutBurst(pkts[:k])
 				if k == 0 {
-					q.Wait(ctx)
+					m.waitRx(ctx, q)
 				}
 			}
 			b.StopTimer()
-			report(b, q, start, cpu0, before)
+			report(b, q, start, cpu0, before, m)
 		})
 	}
 }
@@ -104,16 +187,16 @@ func BenchmarkNetvscTxBurst(b *testing.B) {
 			tmpl := testFrame(peer, n.MAC(), size, 1, 1000)
 			pkts := make([]*frame.Packet, 32)
 			ctx := context.Background()
-			send := func(total int) { sendTemplate(b, ctx, q, tmpl, pkts, total) }
-			send(10000)
+			sendTemplate(b, ctx, q, tmpl, pkts, 10000)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			before := q.Stats()
+			m := new(waitMeter)
 			b.ResetTimer()
 			start, cpu0 := time.Now(), threadCPU(b)
-			send(b.N)
+			sendMetered(b, ctx, q, tmpl, pkts, b.N, m)
 			b.StopTimer()
-			report(b, q, start, cpu0, before)
+			report(b, q, start, cpu0, before, m)
 			waitCond(b, "the sink to receive every frame sent", func() bool {
 				q.RxBurst(pkts) // reap the host's completions
 				return gen.Stats().Received >= uint64(b.N+10000)

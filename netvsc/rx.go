@@ -47,9 +47,16 @@ type rxFrame struct {
 
 // rxHandler receives what parseXfer finds.
 type rxHandler interface {
-	// rxData is called for every PACKET_MSG; the frame is still in the
-	// receive buffer at f.off.
-	rxData(f rxFrame)
+	// rxSlot returns where the parser puts each PACKET_MSG's rxFrame
+	// before it calls rxData with it: memory the handler owns, so that
+	// the frame goes by pointer without escaping to the heap, and is
+	// filled and read in place (no copy of it is loaded right after the
+	// narrow stores that filled it, which the CPU would wait for).
+	rxSlot() *rxFrame
+	// rxData is called for every PACKET_MSG with the rxSlot filled in;
+	// the frame is still in the receive buffer at f.off. f is valid
+	// during the call.
+	rxData(f *rxFrame)
 	// rxControl is called for every other RNDIS message with a private
 	// copy of it (valid during the call).
 	rxControl(msg []byte) error
@@ -115,20 +122,22 @@ func parseRange(recv []byte, off, count int, scratch []byte, h rxHandler) error 
 		copy(msg, recv[off:])
 		return h.rxControl(msg)
 	}
-	var f rxFrame
 	dataOff, n, ps, pe, err := checkRxPacket(hdr, count)
 	if err != nil {
 		return err
 	}
+	f := h.rxSlot()
 	f.off, f.n = off+dataOff, n
 	f.infoOK = true
 	if pe > 0 {
 		// checkRxPacket put [ps, pe) inside the message, behind the header.
 		ppi := scratch[ps:pe:pe]
 		copy(ppi, recv[off+ps:off+pe])
-		if f.info, err = rndis.ParsePacketInfo(ppi); err != nil {
+		if err := f.info.Parse(ppi); err != nil {
 			return err
 		}
+	} else {
+		f.info = rndis.PacketInfo{}
 	}
 	h.rxData(f)
 	return nil
@@ -215,7 +224,7 @@ type rxPath struct {
 	stage   []*frame.Packet
 	stHead  int
 	stLen   int
-	stCount atomic.Int32 // stLen, for Wait's rxReady
+	stCount atomic.Int32 // stLen, for Wait's rxReady (published once per transfer page: countXfer)
 	// out is the caller's slice during RxBurst's drain, filled to outN.
 	out  []*frame.Packet
 	outN int
@@ -223,6 +232,7 @@ type rxPath struct {
 	fresh   []*frame.Packet
 	freshN  int
 	scratch []byte       // RNDIS headers and control messages, copied off the receive buffer
+	slot    rxFrame      // the frame being parsed (rxSlot)
 	lastRx  atomic.Int64 // when a drain last found work (nanotime): Wait's poll budget
 	// fullAt is when an RxBurst last filled the caller's slice of at
 	// least fullBurstMin (nanotime): the host was ahead of the receiver,
@@ -261,8 +271,15 @@ type rxPath struct {
 	xferPkts, xferBytes uint64
 }
 
-// countXfer adds the frames the transfer page delivered to c.
+// countXfer adds the frames the transfer page delivered to c, and
+// publishes the frames it staged to stCount: deliver stages without the
+// atomic store, a full barrier that would wait for the frame just copied
+// to leave the store buffer, once per frame (under load most frames of a
+// transfer page are staged: it holds more than one RxBurst takes).
 func (r *rxPath) countXfer(c *queueCounters) {
+	if n := int32(r.stLen); r.stCount.Load() != n {
+		r.stCount.Store(n)
+	}
 	if r.xferPkts > 0 {
 		c.rxPackets.add(r.xferPkts)
 		c.rxBytes.add(r.xferBytes)
@@ -307,6 +324,16 @@ func (r *rxPath) unstage(pkts []*frame.Packet) int {
 // push keeps a received packet for a later RxBurst; false when the
 // staging queue is full.
 func (r *rxPath) push(p *frame.Packet) bool {
+	if !r.stageOne(p) {
+		return false
+	}
+	r.stCount.Store(int32(r.stLen))
+	return true
+}
+
+// stageOne is push without publishing stLen to stCount (countXfer does,
+// once per transfer page).
+func (r *rxPath) stageOne(p *frame.Packet) bool {
 	if r.stLen == len(r.stage) {
 		return false
 	}
@@ -316,7 +343,6 @@ func (r *rxPath) push(p *frame.Packet) bool {
 	}
 	r.stage[i] = p
 	r.stLen++
-	r.stCount.Store(int32(r.stLen))
 	return true
 }
 
@@ -328,14 +354,15 @@ func (r *rxPath) room() int { return len(r.stage) - r.stLen }
 func (r *rxPath) full() bool { return r.outN == len(r.out) && r.stLen == len(r.stage) }
 
 // deliver hands a filled packet to the caller's slice, or stages it;
-// full was checked.
+// full was checked. It runs while a transfer page is parsed, whose
+// countXfer publishes what it staged.
 func (r *rxPath) deliver(p *frame.Packet) {
 	if r.outN < len(r.out) {
 		r.out[r.outN] = p
 		r.outN++
 		return
 	}
-	r.push(p)
+	r.stageOne(p)
 }
 
 // refill takes a burst of packets from pool into fresh, the empty
@@ -424,23 +451,26 @@ func (r *rxPath) freeAll() {
 	r.freshN = 0
 }
 
+// rxSlot returns the queue's rxFrame for the parser (rxHandler).
+func (q *Queue) rxSlot() *rxFrame { return &q.rx.slot }
+
 // rxData copies one received frame out of the receive buffer, or holds
 // it there when it has nowhere to go (rxHandler). inMu is held.
-func (q *Queue) rxData(f rxFrame) {
+func (q *Queue) rxData(f *rxFrame) {
 	s, r := q.s, &q.rx
 	if !s.running.Load() {
 		s.rxIgnored.Add(1)
 		return
 	}
-	if q.isFragment(&f) {
-		q.rxFragment(&f)
+	if q.isFragment(f) {
+		q.rxFragment(f)
 		return
 	}
 	if r.rsc.pkt != nil || r.rsc.skip {
 		q.rscInterrupted()
 	}
 	if r.hLen > 0 || r.full() || (r.freshN == 0 && !r.refill(q.pool)) {
-		if r.hold(&f) {
+		if r.hold(f) {
 			q.c.rxHeld.inc()
 		} else {
 			q.c.rxNoMemory.inc()

@@ -15,12 +15,15 @@ import (
 // sumHandler is an rxHandler that reads every frame's first byte and
 // metadata, so that the parse is the work measured.
 type sumHandler struct {
+	slot  rxFrame
 	recv  []byte
 	bytes int
 	flags uint32
 }
 
-func (h *sumHandler) rxData(f rxFrame) {
+func (h *sumHandler) rxSlot() *rxFrame { return &h.slot }
+
+func (h *sumHandler) rxData(f *rxFrame) {
 	h.bytes += f.n + int(h.recv[f.off])
 	h.flags |= f.info.Checksum
 }

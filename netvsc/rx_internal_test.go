@@ -16,13 +16,16 @@ import (
 
 // recorder is an rxHandler that keeps what the parser found.
 type recorder struct {
+	slot     rxFrame
 	recv     []byte
 	frames   [][]byte
 	infos    []rndis.PacketInfo
 	controls [][]byte
 }
 
-func (r *recorder) rxData(f rxFrame) {
+func (r *recorder) rxSlot() *rxFrame { return &r.slot }
+
+func (r *recorder) rxData(f *rxFrame) {
 	if f.off < 0 || f.n <= 0 || f.off+f.n > len(r.recv) {
 		panic("frame outside the receive buffer")
 	}
@@ -103,6 +106,11 @@ func TestParseXferFramesAndInfo(t *testing.T) {
 	if m.Flags&frame.MetaVLAN == 0 || m.VLAN != rndis.NewVLANInfo(5, false, 42).TCI() || m.Flags&frame.MetaHash == 0 || m.Hash != 0xdeadbeef ||
 		m.Flags&frame.MetaRxL4ChecksumOK == 0 || m.Flags&frame.MetaRxIPChecksumOK == 0 {
 		t.Errorf("meta %+v", m)
+	}
+	// The second frame has no per-packet info: none of the first's may
+	// carry over (the parser fills one rxFrame, rxSlot, for every frame).
+	if r.infos[1] != (rndis.PacketInfo{}) {
+		t.Errorf("second frame's info %+v, want none", r.infos[1])
 	}
 	if len(r.controls) != 1 || string(r.controls[0]) != string(ctl) {
 		t.Errorf("controls %x", r.controls)

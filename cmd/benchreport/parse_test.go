@@ -161,6 +161,26 @@ func TestParseBenchOutput(t *testing.T) {
 	if h[0] != "benchmark" || !contains(h, "Mpkts/s") || len(rows) != 4 {
 		t.Errorf("header %q, %d rows", h, len(rows))
 	}
+	h, rows = queueRates(lines)
+	if len(rows) != 4 || len(h) != len(rows[0]) {
+		t.Fatalf("queueRates: header %q, rows %q", h, rows)
+	}
+	// TxBurst/1514B: 1000 ÷ 359.1 = 2.78 Mpps, × 1514 B × 8 = 33.7 Gbit/s.
+	if r := rows[3]; r[0] != "NetvscTxBurst/1514B" || r[2] != "359" || r[3] != "2.78" || r[4] != "33.7" || r[5] != "0.482" {
+		t.Errorf("queueRates row %q", r)
+	}
+	if h, rows := queueRates(lines[:0]); len(rows) != 0 {
+		t.Errorf("queueRates of nothing: %q %q", h, rows)
+	}
+}
+
+func TestFrameSize(t *testing.T) {
+	for name, want := range map[string]int{"BenchmarkNetvscRxBurst/64B": 64, "BenchmarkX/a/1514B": 1514,
+		"BenchmarkX": 0, "BenchmarkX/64": 0, "BenchmarkX/B": 0, "BenchmarkX/-1B": 0} {
+		if got := frameSize(name); got != want {
+			t.Errorf("frameSize(%q) = %d, want %d", name, got, want)
+		}
+	}
 }
 
 func TestTrimProcs(t *testing.T) {
@@ -172,6 +192,13 @@ func TestTrimProcs(t *testing.T) {
 }
 
 func TestBenchstatUnits(t *testing.T) {
+	// benchstat writes a unit in ns as sec: the gobench row asks for
+	// guest-sec/pkt, and must find it.
+	st := "goos: linux\n\n      │ a │\n      │ guest-sec/pkt │\nX-2   1.0n\n\n      │ a │\n      │ signals/pkt │\nX-2   1\n"
+	if got := benchstatUnits(st, "guest-sec/pkt"); !strings.Contains(got, "guest-sec/pkt") || strings.Contains(got, "signals") {
+		t.Errorf("guest-sec/pkt table not kept alone:\n%s", got)
+	}
+
 	got := benchstatUnits(readTestdata(t, "benchstat.txt"), "sec/op", "allocs/op")
 	if !strings.HasPrefix(got, "goos: linux") || !strings.Contains(got, "sec/op") || !strings.Contains(got, "allocs/op") {
 		t.Errorf("lost the header or a kept table:\n%s", got)

@@ -260,24 +260,36 @@ func (pi *PacketInfo) put(b []byte) {
 // PacketInfo holds. Elements of other types are skipped; a repeated type
 // keeps its last value. A known element with less than 4 data bytes is
 // protoerr.KindPPIData; a malformed element stops the walk with its PPIIter error.
-//
-// It runs once per received frame, so it walks the area itself, with
-// exactly PPIIter's checks and errors, rather than through PPI values.
 func ParsePacketInfo(area []byte) (PacketInfo, error) {
 	var pi PacketInfo
+	err := pi.Parse(area)
+	return pi, err
+}
+
+// Parse is ParsePacketInfo into pi, which it first resets; on an error pi
+// holds the elements before the bad one.
+//
+// It runs once per received frame, so it walks the area itself, with
+// exactly PPIIter's checks and errors, rather than through PPI values,
+// and fills pi in place: a receiver that then reads pi field by field
+// does not wait, as it would on a copy of a PacketInfo returned by value
+// (built by narrow stores, copied by wide loads, which the CPU cannot
+// serve from those stores).
+func (pi *PacketInfo) Parse(area []byte) error {
+	*pi = PacketInfo{}
 	b := area
 	for len(b) > 0 {
 		if len(b) < PPIHeaderSize {
-			return pi, protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(len(b)))
+			return protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(len(b)))
 		}
 		size := le.Uint32(b)
 		t := PPIType(le.Uint32(b[4:]))
 		off := le.Uint32(b[8:])
 		if size < PPIHeaderSize || size%4 != 0 || uint64(size) > uint64(len(b)) {
-			return pi, protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(size))
+			return protoerr.New("PPI", protoerr.KindPPISize, "size", uint64(size))
 		}
 		if off < PPIHeaderSize || off > size {
-			return pi, protoerr.New("PPI", protoerr.KindPPIOffset, "offset", uint64(off))
+			return protoerr.New("PPI", protoerr.KindPPIOffset, "offset", uint64(off))
 		}
 		data := b[off:size]
 		b = b[size:]
@@ -299,12 +311,12 @@ func ParsePacketInfo(area []byte) (PacketInfo, error) {
 			continue
 		}
 		if len(data) < 4 {
-			return pi, protoerr.New("PPI", protoerr.KindPPIData, t.String(), uint64(len(data)))
+			return protoerr.New("PPI", protoerr.KindPPIData, t.String(), uint64(len(data)))
 		}
 		v := le.Uint32(data)
 		pi.set(bit, v)
 	}
-	return pi, nil
+	return nil
 }
 
 // TxChecksum is the TCPIP_CHKSUM_PKTINFO a guest sends: which checksums

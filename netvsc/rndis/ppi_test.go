@@ -225,3 +225,35 @@ func TestPPITypeNames(t *testing.T) {
 		t.Fatal("PPIType.String")
 	}
 }
+
+// Parse reuses a PacketInfo frame after frame: what an earlier area set
+// must not survive into the next one's result, on success or error.
+func TestPacketInfoParseResets(t *testing.T) {
+	var full PacketInfo
+	full.SetChecksum(1)
+	full.SetLSO(2)
+	full.SetVLAN(3)
+	full.SetHashValue(4)
+	full.SetHashInfo(5)
+	full.SetPktID(6)
+	var hashOnly PacketInfo
+	hashOnly.SetHashValue(7)
+	for _, tc := range []struct {
+		name    string
+		area    []byte
+		want    PacketInfo
+		wantErr bool
+	}{
+		{"empty", nil, PacketInfo{}, false},
+		{"one element", hashOnly.AppendPPIs(nil), hashOnly, false},
+		{"malformed first element", []byte{1, 2, 3}, PacketInfo{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pi := full
+			err := pi.Parse(tc.area)
+			if (err != nil) != tc.wantErr || pi != tc.want {
+				t.Errorf("Parse = %+v, %v; want %+v, error %v", pi, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
