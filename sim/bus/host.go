@@ -272,50 +272,21 @@ func lockRoot(root string) (*os.File, error) {
 	return f, nil
 }
 
-// scanTimer paces the precise monitor scans: a periodic timerfd on
-// CLOCK_MONOTONIC, which keeps the cadence itself and has no timer slack,
-// read blocking (one system call per scan, as a sleep would be).
-type scanTimer struct {
-	fd    int
-	buf   [8]byte       // the expiration count a read returns
-	armed time.Duration // the period set, 0 while disarmed
-}
-
-func newScanTimer() (*scanTimer, error) {
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("sim: monitor scan timer: %w", err)
+// sleepUntilNext sleeps until the deadline after prev (CLOCK_MONOTONIC
+// nanoseconds, 0 for none), interval apart, and returns it; a scanner that
+// fell more than an interval behind starts a new cadence from now.
+func sleepUntilNext(prev int64, interval time.Duration) int64 {
+	var now unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &now)
+	next := prev + int64(interval)
+	if n := now.Nano(); next < n-int64(interval) || next > n+int64(interval) {
+		next = n + int64(interval)
 	}
-	return &scanTimer{fd: fd}, nil
-}
-
-// arm sets the period to d, the first expiry d from now, unless it is
-// set already; 0 disarms.
-func (t *scanTimer) arm(d time.Duration) error {
-	if t.armed == d {
-		return nil
+	ts := unix.NsecToTimespec(next)
+	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
 	}
-	ts := unix.NsecToTimespec(int64(d))
-	if err := unix.TimerfdSettime(t.fd, 0, &unix.ItimerSpec{Interval: ts, Value: ts}, nil); err != nil {
-		return err
-	}
-	t.armed = d
-	return nil
+	return next
 }
-
-// wait returns after the next expiry, at once for one that passed
-// unread: a scanner that fell behind scans once and keeps the cadence.
-// The timer must be armed.
-func (t *scanTimer) wait() error {
-	for {
-		_, err := unix.Read(t.fd, t.buf[:])
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
-func (t *scanTimer) close() { unix.Close(t.fd) }
 
 // allocMonitorLocked gives out the lowest free monitor id, or -1 when all
 // are held. Ids come back when their channel's offer ends (a rescind, or
@@ -370,21 +341,6 @@ func (h *Host) listen() {
 
 func (h *Host) unlisten() { h.listening.Add(-1) }
 
-// armScan sets the scan timer's period (0: disarmed); on failure it
-// closes the timer and returns nil, and the scanner falls back to Go
-// timers.
-func (h *Host) armScan(st *scanTimer, d time.Duration) *scanTimer {
-	if st == nil {
-		return nil
-	}
-	if err := st.arm(d); err != nil {
-		h.log.Error("sim: monitor scanner: scan timer", "err", err)
-		st.close()
-		return nil
-	}
-	return st
-}
-
 // Idle scanning (runMonitor).
 const (
 	monitorIdleAfter = 100 * time.Millisecond
@@ -413,17 +369,13 @@ func (h *Host) runMonitor() {
 	defer t.Stop()
 	// Go timers fire about 1 ms late on an idle process, twenty times the
 	// 50 µs DPDK asks for; a scan interval below 1 ms (the guest's latency
-	// or the 100 µs default) is paced by a timerfd instead (scanTimer),
-	// read in a system call on whatever thread the scanner runs on.
-	st, err := newScanTimer()
-	if err != nil {
-		h.log.Error("sim: monitor scanner: precise scans unavailable", "err", err)
-	}
-	defer func() {
-		if st != nil {
-			st.close()
-		}
-	}()
+	// or the 100 µs default) is slept on this goroutine's own thread with
+	// an absolute clock_nanosleep and no timer slack, so the scans keep
+	// their cadence.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	var next int64 // CLOCK_MONOTONIC deadline of the next precise scan
 	// An idle host scans less: after monitorIdleAfter of waiting without a
 	// pending bit (time parked, with nobody waiting, does not count), the
 	// scan interval grows to at least monitorIdleScan, so a guest that set
@@ -447,10 +399,7 @@ func (h *Host) runMonitor() {
 		h.mu.Unlock()
 		if n > 0 && h.listening.Load() == 0 {
 			// Park. A wait that begins after the load above sends the
-			// kick before its unmask, and the select below takes it. The
-			// scan timer stays armed: an expiry nobody reads costs nothing
-			// (the kernel restarts a periodic timerfd only when it is
-			// read), and the first scan after the park comes at once.
+			// kick before its unmask, and the select below takes it.
 			parked := time.Now()
 			select {
 			case <-h.ctx.Done():
@@ -468,16 +417,8 @@ func (h *Host) runMonitor() {
 			interval = monitorIdleScan
 		}
 		var wait <-chan time.Time
-		if n > 0 && interval < time.Millisecond && st != nil {
-			if st = h.armScan(st, interval); st == nil {
-				continue
-			}
-			if err := st.wait(); err != nil {
-				h.log.Error("sim: monitor scanner: scan timer", "err", err)
-				st.close()
-				st = nil
-				continue
-			}
+		if n > 0 && interval < time.Millisecond {
+			next = sleepUntilNext(next, interval)
 			select {
 			case <-h.ctx.Done():
 				return
@@ -486,7 +427,6 @@ func (h *Host) runMonitor() {
 			default:
 			}
 		} else {
-			st = h.armScan(st, 0)
 			if n > 0 {
 				t.Reset(interval)
 				wait = t.C
@@ -532,11 +472,9 @@ func (h *Host) runMonitor() {
 			}
 		}
 		if woke {
-			// The channel loops just woken sit on this goroutine's P, which
-			// the next read of the scan timer keeps in a system call until
-			// the runtime takes it back: yield it so they run now (the
-			// scanner's thread is not locked, so they run on it, without
-			// a hand-off to another thread).
+			// The channel loops just woken sit on this locked thread's P,
+			// which the next nanosleep keeps in a system call until the
+			// runtime takes it back: yield it so they run now.
 			runtime.Gosched()
 		}
 	}
