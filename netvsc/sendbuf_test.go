@@ -18,17 +18,7 @@ func TestTakeSectionLIFO(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var p txPath
-			p.init(1500)
-			p.assign(1, 9)
-			for range 8 {
-				if _, ok := p.takeSection(); !ok {
-					t.Fatal("takeSection: a fresh run of 8 ran out")
-				}
-			}
-			if _, ok := p.takeSection(); ok {
-				t.Fatal("takeSection found a ninth section")
-			}
+			p := takenTxPath(t, 1, 9)
 			for _, s := range tc.freed {
 				if _, _, ok := p.sectionDone(s); !ok {
 					t.Fatalf("sectionDone(%d) refused", s)

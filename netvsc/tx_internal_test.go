@@ -57,19 +57,30 @@ func TestHeaderTemplateMatchesRNDIS(t *testing.T) {
 	}
 }
 
+// takenTxPath returns a txPath of the send sections [lo, hi), 1500-byte
+// frames, with every section taken.
+func takenTxPath(t *testing.T, lo, hi int) *txPath {
+	t.Helper()
+	p := new(txPath)
+	p.init(1500)
+	p.assign(lo, hi)
+	for range hi - lo {
+		if _, ok := p.takeSection(); !ok {
+			t.Fatalf("takeSection: a fresh run of %d ran out", hi-lo)
+		}
+	}
+	if _, ok := p.takeSection(); ok {
+		t.Fatalf("takeSection found a section beyond the run of %d", hi-lo)
+	}
+	return p
+}
+
 // TestTxReadyWantsWhatStopped: with every section in flight, a free GPA
 // slot is room only for a burst that stopped for one (or for either);
 // a burst of frames that can only be copied waits for a section, and a
 // burst that stopped for a GPA slot waits for one.
 func TestTxReadyWantsWhatStopped(t *testing.T) {
-	var p txPath
-	p.init(1500)
-	p.assign(1, 3)
-	for range 2 {
-		if _, ok := p.takeSection(); !ok {
-			t.Fatal("takeSection: no section of 2")
-		}
-	}
+	p := takenTxPath(t, 1, 3)
 	gpaAll := make([]uint32, 0, gpaSlots)
 	tests := []struct {
 		name     string
