@@ -27,7 +27,8 @@ func rateRow() row {
 			"sends 64 UDP flows as fast as the guest takes them; transmit (guest→host): the guest sends as fast as the ring " +
 			"takes frames into a discarding port. Frames counted over the window after a 300 ms warm-up; guest CPU is the " +
 			"netbench process's getrusage over the window. Hybrid (poll while busy, sleep on the interrupt fd when quiet, the " +
-			"default) and busy polling are measured back to back in each run; the ratio is hybrid ÷ poll, run by run.",
+			"default) and busy polling are measured back to back at each point of a run, hybrid first in odd runs and poll first in " +
+			"even ones; the ratio is hybrid ÷ poll, run by run.",
 		run: runRate}
 }
 
@@ -43,14 +44,20 @@ func sweepRow() row {
 // netbenchRuns runs netbench with args count times and returns each
 // run's records of test.
 func netbenchRuns(ctx context.Context, e *env, s *section, test string, count int, args ...string) ([][]jsonRecord, error) {
+	s.ranTimes(count, "out/bench/bin/netbench %s", shellArgs(args))
+	return netbenchRunsWith(ctx, e, s, test, count, func(int) []string { return args })
+}
+
+// netbenchRunsWith is netbenchRuns with each run's arguments from
+// argsOf(run), run counting from 0; the caller lists the commands.
+func netbenchRunsWith(ctx context.Context, e *env, s *section, test string, count int, argsOf func(run int) []string) ([][]jsonRecord, error) {
 	nb, err := e.build(ctx, "netbench")
 	if err != nil {
 		return nil, err
 	}
-	s.ranTimes(count, "out/bench/bin/netbench %s", shellArgs(args))
 	var all [][]jsonRecord
 	for run := range count {
-		out, err := e.output(ctx, 30*time.Minute, filepath.Join(e.logDir(test), fmt.Sprintf("run%d", run+1)), nil, nb, args...)
+		out, err := e.output(ctx, 30*time.Minute, filepath.Join(e.logDir(test), fmt.Sprintf("run%d", run+1)), nil, nb, argsOf(run)...)
 		if err != nil {
 			s.fail("netbench %s run %d: %v", test, run+1, err)
 			continue
@@ -130,7 +137,16 @@ func runRate(ctx context.Context, e *env, s *section) error {
 	if e.quick {
 		dur = "300ms"
 	}
-	all, err := netbenchRuns(ctx, e, s, "rate", e.runs, "-json", "-dur", dur, "-modes", "hybrid,poll", "rate")
+	// At each point the two modes run back to back; which goes first
+	// alternates from run to run, so that neither always meets the
+	// machine as the other left it.
+	order := [2]string{"hybrid,poll", "poll,hybrid"}
+	argsOf := func(run int) []string { return []string{"-json", "-dur", dur, "-modes", order[run%2], "rate"} }
+	s.ranTimes((e.runs+1)/2, "out/bench/bin/netbench %s", shellArgs(argsOf(0)))
+	if e.runs > 1 {
+		s.ranTimes(e.runs/2, "out/bench/bin/netbench %s", shellArgs(argsOf(1)))
+	}
+	all, err := netbenchRunsWith(ctx, e, s, "rate", e.runs, argsOf)
 	if err != nil {
 		return err
 	}
