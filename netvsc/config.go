@@ -84,9 +84,9 @@ type Config struct {
 	// traffic, a host sending in rounds further apart) halves its share
 	// per sleep, down to sleeping at once, and gets it back when a frame
 	// comes within PollBudget again. A queue under full load (a TxBurst
-	// came back short, or an RxBurst of at least 8 came back full) polls
-	// on while the host's work keeps coming, up to 5 ms apart
-	// (Queue.Wait).
+	// came back short or left the host holding half the send sections,
+	// or an RxBurst of at least 8 came back full) polls on while the
+	// host's work keeps coming, up to 5 ms apart (Queue.Wait).
 	PollBudget time.Duration
 	// BusyPoll, when non-zero, is the latency setting for request/response
 	// workloads (as SO_BUSY_POLL): before a hybrid or interrupt queue

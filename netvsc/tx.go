@@ -67,9 +67,14 @@ type txPath struct {
 	// a WaitTx woken by each one the host completes would retry it, fail
 	// and sleep again, once per completion.
 	need atomic.Int32
-	// stalled is when a burst last came back short (nanotime): the
-	// transmitter outran the host, whose completions it now waits for
-	// (a hybrid Wait polls for them meanwhile, wait.go loadPollSpan).
+	// stalled is when a burst last came back short, or left the host
+	// holding at least half the queue's sections or GPA slots (behind),
+	// in nanotime: the transmitter outran the host, whose completions it
+	// waits for or soon will (a hybrid Wait polls for them meanwhile,
+	// wait.go loadPollSpan). A queue whose Wait polls the completions in
+	// as they come stalls less often than the span: marked only on
+	// short bursts, its Wait would sleep between stalls, and the next
+	// stall would find the sleeper holding inMu.
 	stalled atomic.Int64
 	cur     openSection // the section being filled in this burst
 
@@ -232,13 +237,22 @@ func (t *txPath) ready() bool {
 }
 
 // owed reports, without locks, whether the transmitter waits on the
-// host's completions: a burst came back short within the last span
-// nanoseconds, and the host holds sends it has not completed (sections
+// host's completions: a burst came back short, or left the host behind,
+// within the last span nanoseconds (stalled), and the host holds sends it has not completed (sections
 // or GPA slots neither free nor parked).
 func (t *txPath) owed(now, span int64) bool {
 	return now-t.stalled.Load() < span &&
 		(t.sec.len()+int(t.stashN.Load()) < len(t.secFrames) ||
 			t.gpa.len()+int(t.gpaStN.Load()) < gpaSlots)
+}
+
+// behind reports whether the host holds at least half the queue's
+// sections or GPA slots: it is behind the transmitter, which will run out
+// unless completions keep coming. txMu is held.
+func (t *txPath) behind() bool {
+	n := len(t.secFrames)
+	return (n > 0 && 2*t.sections() <= n) ||
+		2*(t.gpa.len()+len(t.gpaSt)) <= gpaSlots
 }
 
 // stopped records what the burst stopped for (and, for sections, how
@@ -334,6 +348,8 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 	}
 	if n < len(pkts) {
 		q.c.stopQueue.inc()
+		q.tx.stalled.Store(nanotime())
+	} else if q.tx.behind() {
 		q.tx.stalled.Store(nanotime())
 	}
 	q.txMu.Unlock()

@@ -442,3 +442,56 @@ func TestFullReceiveBurstsKeepHybridPolling(t *testing.T) {
 		})
 	}
 }
+
+// TestTransmitterBehindHostMarksLoad: a transmitter whose bursts all fit
+// but leave the host holding at least half the queue's sections marks the
+// queue as under load (txPath.behind), so a hybrid Wait polls for the
+// completions rather than sleep until the burst that comes back short:
+// polling them in as they come is what keeps bursts from coming back
+// short, and a mark made only then would lapse while it works. Fewer
+// sections in flight leave the queue unloaded.
+func TestTransmitterBehindHostMarksLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		behind int // bursts short of half the sections in flight (0: exactly half)
+		want   bool
+	}{
+		{"half the sections with the host", 0, true},
+		{"one section short of half", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid})
+			q := n.Queues()[0]
+			// The host takes no sends: each single-frame burst keeps
+			// one section in flight.
+			sn.Device().SetFault(sim.FaultStopDraining, true)
+			defer sn.Device().SetFault(sim.FaultStopDraining, false)
+			total := len(q.tx.secFrames)
+			if total < 4 {
+				t.Fatalf("%d sections", total)
+			}
+			bursts := total - total/2 - tc.behind
+			f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
+			pkts := make([]*frame.Packet, 1)
+			for i := range bursts {
+				if q.AllocBurst(pkts) != 1 {
+					t.Fatal("pool exhausted")
+				}
+				copy(pkts[0].SetLen(len(f)), f)
+				if q.TxBurst(pkts) != 1 {
+					pkts[0].Free()
+					t.Fatalf("burst %d of %d came back short: %d sections free", i+1, bursts, q.tx.sections())
+				}
+			}
+			// Judged at the mark, not now: a descheduled test could
+			// let loadPollSpan pass.
+			at := q.tx.stalled.Load()
+			if got := at != 0 && q.tx.owed(at, loadPollSpan); got != tc.want {
+				t.Errorf("loaded = %v with %d of %d sections with the host and no short burst, want %v",
+					got, bursts, total, tc.want)
+			}
+		})
+	}
+}
