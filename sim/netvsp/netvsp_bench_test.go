@@ -63,19 +63,8 @@ func BenchmarkNetVSPHostToGuest(b *testing.B) {
 			}
 			got := 0
 			for got < b.N {
-				p, err := c.Recv()
-				if err == vmbus.ErrRingEmpty {
-					c.CommitRecv()
-					c.Flush()
-					if err := c.WaitReadable(ctx); err != nil {
-						b.Fatal(err)
-					}
-					continue
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				if p.Type == vmbus.PacketTransferPage {
+				p, ok := recvOrWait(b, ctx, c)
+				if ok && p.Type == vmbus.PacketTransferPage {
 					var m nvsp.RNDISPacket
 					if m.Unmarshal(p.Payload()) == nil && m.ChannelType == nvsp.RMCData {
 						got += p.RangeCount()
