@@ -118,10 +118,28 @@ func (h *hvsockSeries) add(out string) error {
 			continue
 		}
 		found = true
+		rings := -1
+		for i, c := range t.header {
+			if strings.EqualFold(c, "rings") {
+				rings = i
+			}
+		}
 		for _, r := range t.rows {
+			// A row per write size and ring size: rows with other than
+			// the default rings are a series of their own, so that each
+			// hv_sock figure is paired with the Unix run of its own row.
+			write := r[0]
+			if rings > 0 && rings < len(r) && !strings.Contains(r[rings], "default") {
+				if f := strings.Fields(r[rings]); len(f) > 0 {
+					write += ", " + f[0] + " rings"
+				}
+			}
 			for i := 1; i < len(t.header) && i < len(r); i++ {
+				if i == rings {
+					continue
+				}
 				if v, ok := leadingFloat(r[i]); ok {
-					h.put(t.header[i], r[0], v)
+					h.put(t.header[i], write, v)
 				}
 			}
 		}
@@ -196,8 +214,8 @@ func (h *hvsockSeries) render(s *section) {
 	var rc []ratioCol
 	for _, c := range h.cols {
 		l := strings.ToLower(c)
-		if strings.Contains(l, "unix") {
-			continue
+		if strings.Contains(l, "unix") || strings.Contains(l, "ratio") {
+			continue // hvsockbench's own ratio columns are not rates to divide
 		}
 		switch {
 		case strings.Contains(l, "mb/s") && unixMB != "":
@@ -209,6 +227,15 @@ func (h *hvsockSeries) render(s *section) {
 	for _, r := range rc {
 		header = append(header, r.num+" ÷ "+r.den)
 	}
+	// The ring-size tables' columns were measured apart from the Unix
+	// runs, so they are divided median by median, not run by run.
+	ratio := func(r ratioCol, w string) runs {
+		a, b := h.vals[r.num][w], h.vals[r.den][w]
+		if strings.Contains(r.num, " ring") {
+			return ratioOfMedians(a, b)
+		}
+		return ratios(a, b)
+	}
 	var rows [][]string
 	for _, w := range h.writes {
 		row := []string{w}
@@ -216,23 +243,26 @@ func (h *hvsockSeries) render(s *section) {
 			row = append(row, h.vals[c][w].cell(sig3))
 		}
 		for _, r := range rc {
-			row = append(row, ratios(h.vals[r.num][w], h.vals[r.den][w]).cell(times))
+			row = append(row, ratio(r, w).cell(times))
 		}
 		rows = append(rows, row)
 	}
 	s.table(header, rows)
 	for _, r := range rc {
-		if !strings.Contains(strings.ToLower(r.num), "mb/s") {
+		if strings.Contains(r.num, " ring") {
 			continue
 		}
+		cpu := !strings.Contains(strings.ToLower(r.num), "mb/s")
 		for _, w := range h.writes {
 			a, b := h.vals[r.num][w], h.vals[r.den][w]
-			// The summary keeps the default rings at every size and the
-			// largest send ring at 64 KiB (the large-write case).
-			if len(a) == 0 || len(b) == 0 || strings.Contains(r.num, "receive ring") || (strings.Contains(r.num, "256K") && w != "64K") {
+			// The summary keeps throughput at every size with the default
+			// rings and at 64 KiB with the largest rings (the large-write
+			// goal), and CPU per GB at 64 KiB (no worse than Unix).
+			large, defaultRings := strings.HasPrefix(w, "64K"), !strings.Contains(w, " rings")
+			if len(a) == 0 || len(b) == 0 || (!defaultRings && !large) || (cpu && !large) {
 				continue
 			}
-			s.sum(fmt.Sprintf("%s writes: %s vs %s", w, r.num, r.den), sig3(a.median()), sig3(b.median()), ratios(a, b).cell(times))
+			s.sum(fmt.Sprintf("%s writes: %s vs %s", w, r.num, r.den), sig3(a.median()), sig3(b.median()), ratio(r, w).cell(times))
 		}
 	}
 }
