@@ -758,9 +758,11 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 // meanwhile.
 func (q *Queue) txPollLocked(ctx context.Context) bool {
 	for i := 1; ; i++ {
-		now := nanotime()
-		if now-q.rx.lastRx.Load() >= loadPollSpan || !q.tx.owed(now, loadPollSpan) {
-			return false
+		if i%clockEvery == 1 { // wait.go, clockEvery
+			now := nanotime()
+			if now-q.rx.lastRx.Load() >= loadPollSpan || !q.tx.owed(now, loadPollSpan) {
+				return false
+			}
 		}
 		if _, in := q.ch.RingUsage(); in != 0 {
 			q.drainLocked()
