@@ -369,14 +369,17 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 		q.c.stopQueue.inc()
 	}
 	if mark || streaming || q.tx.behind() {
-		q.tx.stalled.Store(nanotime())
-		// A Wait asleep holds inMu: the completions this burst's
-		// sends will bring would wait for the host's interrupt and
-		// then that Wait's wake-up, and a WaitTx behind it with them.
-		// Wake it now to poll them in (its wake-up overlaps the
-		// sends still to come).
-
-		if q.w.rxAsleep.CompareAndSwap(true, false) {
+		now := nanotime()
+		q.tx.stalled.Store(now)
+		// A hybrid Wait asleep holds inMu: the completions this
+		// burst's sends will bring would wait for the host's interrupt
+		// and then that Wait's wake-up, and a WaitTx behind it with
+		// them. Wake it now to poll them in (its wake-up overlaps the
+		// sends still to come), unless the host's last work is too
+		// old for it to poll (wait.go loadPollSpan): it would only
+		// sleep again.
+		if q.s.cfg.Mode == Hybrid && now-q.rx.lastRx.Load() < loadPollSpan &&
+			q.w.rxAsleep.CompareAndSwap(true, false) {
 			q.c.rxKicked.incShared()
 			q.w.kickRx()
 		}

@@ -560,7 +560,9 @@ func TestStreamingTransmitterMarksLoad(t *testing.T) {
 // loaded ends a hybrid Wait's sleep on the ring, so the Wait polls the
 // completions in rather than leaving them to the host's interrupt (and
 // holding inMu against the transmitter meanwhile). The host completes
-// nothing here, so no interrupt can end the sleep instead.
+// nothing here, so no interrupt can end the sleep instead; it did work
+// just before (lastRx), so the woken Wait polls. An Interrupt-mode Wait
+// is left asleep.
 func TestStreamingTransmitterEndsWaitSleep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -585,7 +587,21 @@ func TestStreamingTransmitterEndsWaitSleep(t *testing.T) {
 	}
 	f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
 	sendBurst(t, q, f, 1)
-	sendBurst(t, q, f, fullBurstMin)
+	// The kick needs the host's last work within loadPollSpan (else the
+	// Wait would sleep again at once): the test's goroutine can be off
+	// its CPU longer than that, so an attempt that took too long is
+	// tried again.
+	for attempt := 1; q.Stats().Waits.RxKicked == 0; attempt++ {
+		if attempt > 20 {
+			t.Fatal("every attempt outlasted loadPollSpan")
+		}
+		start := nanotime()
+		q.rx.lastRx.Store(start) // as a drain that found work
+		sendBurst(t, q, f, fullBurstMin)
+		if q.Stats().Waits.RxKicked == 0 && nanotime()-start < loadPollSpan {
+			t.Fatal("a full burst behind a held send left the sleeping Wait alone")
+		}
+	}
 	select {
 	case err := <-woke:
 		if err != nil {
@@ -608,16 +624,37 @@ func TestWaitStatsCount(t *testing.T) {
 		// A budget no test outlasts: the frame is found polling.
 		sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Hour})
 		q := n.Queues()[0]
-		done := make(chan error, 1)
-		go func() { done <- q.Wait(ctx) }()
-		if k := sn.Deliver([][]byte{frameTo(n.MAC())}); k != 1 {
-			t.Fatalf("host took %d frames", k)
+		pkts := make([]*frame.Packet, 8)
+		// A frame that is there before Wait looks returns at once,
+		// uncounted: try again, the frame later each time (nothing
+		// says when Wait started polling), until one came while it
+		// polled.
+		for attempt := 1; q.Stats().Waits.RxPolls == 0; attempt++ {
+			if attempt > 20 {
+				t.Fatal("every frame came before Wait polled")
+			}
+			sent := make(chan int, 1)
+			go func() {
+				for range 100 * attempt {
+					runtime.Gosched()
+				}
+				sent <- sn.Deliver([][]byte{frameTo(n.MAC())})
+			}()
+			if err := q.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if k := <-sent; k != 1 {
+				t.Fatalf("host took %d frames", k)
+			}
+			for k := 0; k == 0; k = q.RxBurst(pkts) {
+				if ctx.Err() != nil {
+					t.Fatal("the frame never arrived")
+				}
+			}
+			frame.PutBurst(pkts[:1])
 		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if w := q.Stats().Waits; w.RxPolls != 1 || w.RxSleeps != 0 {
-			t.Errorf("RxPolls %d RxSleeps %d, want 1 0", w.RxPolls, w.RxSleeps)
+		if w := q.Stats().Waits; w.RxPolls != 1 || w.RxSleeps != 0 || w.RxLoadPolls != 0 {
+			t.Errorf("RxPolls %d RxLoadPolls %d RxSleeps %d, want 1 0 0", w.RxPolls, w.RxLoadPolls, w.RxSleeps)
 		}
 	})
 	t.Run("sleep and wake-up", func(t *testing.T) {
