@@ -44,7 +44,7 @@ import (
 // Lock order. A lock may be taken while holding only locks to its left:
 //
 //	w.rings -> txMu -> inMu -> outMu -> acks.mu
-//	                   inMu  -> w.mu
+//	           txMu -> inMu  -> w.mu
 //
 // (quiesce takes the first four in that order; w.rings is held shared by
 // Wait and WaitTx for their lock-free ring reads, wait.go.) acks.mu and w.mu are

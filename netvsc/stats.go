@@ -21,6 +21,10 @@ func (c *ctr) add(n uint64) { c.v.Store(c.v.Load() + n) }
 func (c *ctr) inc()         { c.v.Store(c.v.Load() + 1) }
 func (c *ctr) load() uint64 { return c.v.Load() }
 
+// incShared counts for a writer under no lock that may run beside another
+// (Wait and WaitTx off their locks): an atomic add.
+func (c *ctr) incShared() { c.v.Add(1) }
+
 // queueCounters are one queue's counters. Names follow Linux hv_netvsc's
 // ethtool -S (docs/protocol/netvsc.md §6) where one exists.
 type queueCounters struct {
@@ -37,12 +41,20 @@ type queueCounters struct {
 	rxRSCFrames          ctr // coalesced frames reassembled from RSC fragments
 	rxRSCDropped         ctr // coalesced frames dropped: fragments out of order, of another id, too long, incomplete
 	txWakeups, rxWakeups ctr
-	idleSleeps           ctr
+	idleSleeps           ctr // sleeps on the ring, both roles
+	rxSleeps             ctr // Wait's sleeps on the ring
+	rxSleepsOwed         ctr // of those, with sends the host had not completed
+	txSleeps             ctr // WaitTx's sleeps on the ring
 	// under outMu
 	rxCompBusy ctr // receive completions deferred: outbound ring full
 	rxCompSent ctr // receive completions sent
-	// by Wait's caller (one goroutine), under no lock
-	rxPolls ctr
+	// by Wait's and WaitTx's callers, under no lock (incShared)
+	rxPolls           ctr // Wait found work polling
+	rxLoadPolls       ctr // of those, past its budget, polling on for full load
+	txPolls           ctr // a hybrid WaitTx's poll found room (txPollLocked)
+	txBlocked         ctr // WaitTx found inMu held and waited for its holder's drain
+	txBlockedTimeouts ctr // of those, ended by the timer: no drain poked it
+	rxKicked          ctr // Wait's sleeps a streaming or stalled TxBurst ended
 	// under txMu
 	txSendFull ctr // no free send section: the frame went GPA-direct (Linux tx_send_full)
 	txBusy     ctr // outbound ring full or request table full (Linux tx_busy)
@@ -95,8 +107,37 @@ type QueueStats struct {
 	// PollSeconds and SleepSeconds: time Wait spent polling the rings and
 	// asleep on the interrupt fd (hybrid: both; poll: only the first).
 	PollSeconds, SleepSeconds float64
+	// Waits says how Wait and WaitTx ended their waits: by polling, by
+	// sleeping on the ring, or (WaitTx) behind another holder of inMu.
+	Waits WaitStats
 	// Ring-level counters of the queue's channel.
 	Channel vmbus.ChannelStats
+}
+
+// WaitStats are a queue's waits by role: Rx for Wait (work for RxBurst),
+// Tx for WaitTx (room for TxBurst).
+type WaitStats struct {
+	// RxPolls: hybrid Waits that returned work found by polling, within
+	// the poll budget or past it under full load (RxLoadPolls counts
+	// those past it, wait.go loadPollSpan). Poll mode counts none.
+	RxPolls, RxLoadPolls uint64
+	// RxSleeps: Waits that slept on the ring (interrupt unmasked);
+	// RxSleepsOwed those that went to sleep while the host held sends it
+	// had not completed (send sections or GPA slots); RxWakeups the sleeps
+	// the ring ended.
+	RxSleeps, RxSleepsOwed, RxWakeups uint64
+	// RxKicked: Wait's sleeps a TxBurst ended because the transmitter
+	// went under load (wait.go loadPollSpan), so that Wait polls the
+	// host's completions in instead of leaving them for an interrupt.
+	RxKicked uint64
+	// TxPolls: hybrid WaitTx calls whose poll for completions found room;
+	// TxSleeps WaitTx's sleeps on the ring (in Poll mode a spin on it),
+	// TxWakeups those the ring ended.
+	TxPolls, TxSleeps, TxWakeups uint64
+	// TxBlocked: WaitTx calls that found inMu held (a Wait asleep on the
+	// ring, or a drain) and waited for its holder's drain to poke them;
+	// TxBlockedTimeouts those that waited out the timer (1 ms) instead.
+	TxBlocked, TxBlockedTimeouts uint64
 }
 
 func (q *Queue) stats() QueueStats {
@@ -115,6 +156,12 @@ func (q *Queue) stats() QueueStats {
 		TxLSO: c.txLSO.load(), RxHeld: c.rxHeld.load(),
 		RxRSCFrames: c.rxRSCFrames.load(), RxRSCDropped: c.rxRSCDropped.load(),
 		PollSeconds: float64(c.pollNanos.load()) / 1e9, SleepSeconds: float64(c.sleepNanos.load()) / 1e9,
+		Waits: WaitStats{
+			RxPolls: c.rxPolls.load(), RxLoadPolls: c.rxLoadPolls.load(),
+			RxSleeps: c.rxSleeps.load(), RxSleepsOwed: c.rxSleepsOwed.load(), RxWakeups: c.rxWakeups.load(), RxKicked: c.rxKicked.load(),
+			TxPolls: c.txPolls.load(), TxSleeps: c.txSleeps.load(), TxWakeups: c.txWakeups.load(),
+			TxBlocked: c.txBlocked.load(), TxBlockedTimeouts: c.txBlockedTimeouts.load(),
+		},
 		Channel: q.ch.Stats(),
 	}
 }

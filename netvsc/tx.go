@@ -67,14 +67,17 @@ type txPath struct {
 	// a WaitTx woken by each one the host completes would retry it, fail
 	// and sleep again, once per completion.
 	need atomic.Int32
-	// stalled is when a burst last came back short, or left the host
+	// stalled is when a burst last came back short, left the host
 	// holding at least half the queue's sections or GPA slots (behind),
-	// in nanotime: the transmitter outran the host, whose completions it
-	// waits for or soon will (a hybrid Wait polls for them meanwhile,
-	// wait.go loadPollSpan). A queue whose Wait polls the completions in
-	// as they come stalls less often than the span: marked only on
-	// short bursts, its Wait would sleep between stalls, and the next
-	// stall would find the sleeper holding inMu.
+	// or was a full one (fullBurstMin frames or more) that started while
+	// the host still held earlier sends (streaming), in nanotime: the
+	// transmitter outran the host, whose completions it waits for or
+	// soon will (a hybrid Wait polls for them meanwhile, wait.go
+	// loadPollSpan). A queue whose Wait polls the completions in as they
+	// come stalls less often than the span: marked only on short bursts,
+	// its Wait would sleep between stalls, and the next stall would find
+	// the sleeper holding inMu. A burst that marks it also ends a sleep
+	// of Wait in progress (waiter.rxAsleep), for the same reason.
 	stalled atomic.Int64
 	cur     openSection // the section being filled in this burst
 
@@ -241,9 +244,20 @@ func (t *txPath) ready() bool {
 // within the last span nanoseconds (stalled), and the host holds sends it has not completed (sections
 // or GPA slots neither free nor parked).
 func (t *txPath) owed(now, span int64) bool {
-	return now-t.stalled.Load() < span &&
-		(t.sec.len()+int(t.stashN.Load()) < len(t.secFrames) ||
-			t.gpa.len()+int(t.gpaStN.Load()) < gpaSlots)
+	return now-t.stalled.Load() < span && t.held()
+}
+
+// held reports, without locks, whether the host holds sends it has not
+// completed: sections or GPA slots neither free nor parked.
+func (t *txPath) held() bool {
+	return t.sec.len()+int(t.stashN.Load()) < len(t.secFrames) ||
+		t.gpa.len()+int(t.gpaStN.Load()) < gpaSlots
+}
+
+// heldLocked is held for the holder of txMu, which owns the parked lists.
+func (t *txPath) heldLocked() bool {
+	return t.sec.len()+len(t.stash) < len(t.secFrames) ||
+		t.gpa.len()+len(t.gpaSt) < gpaSlots
 }
 
 // behind reports whether the host holds at least half the queue's
@@ -336,6 +350,10 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 		q.txMu.Unlock()
 		return 0
 	}
+	// A full burst while the host holds earlier sends: the transmitter
+	// streams (txPath.stalled). Single sends (a request at a time)
+	// leave the host's completions to an interrupt.
+	streaming := len(pkts) >= fullBurstMin && q.tx.heldLocked()
 	n := q.txBurstLocked(pkts)
 	if n < len(pkts) && q.inMu.TryLock() {
 		if q.s.err() == nil {
@@ -346,11 +364,25 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 			q.inMu.Unlock()
 		}
 	}
-	if n < len(pkts) {
+	mark := n < len(pkts)
+	if mark {
 		q.c.stopQueue.inc()
-		q.tx.stalled.Store(nanotime())
-	} else if q.tx.behind() {
-		q.tx.stalled.Store(nanotime())
+	}
+	if mark || streaming || q.tx.behind() {
+		now := nanotime()
+		q.tx.stalled.Store(now)
+		// A hybrid Wait asleep holds inMu: the completions this
+		// burst's sends will bring would wait for the host's interrupt
+		// and then that Wait's wake-up, and a WaitTx behind it with
+		// them. Wake it now to poll them in (its wake-up overlaps the
+		// sends still to come), unless the host's last work is too
+		// old for it to poll (wait.go loadPollSpan): it would only
+		// sleep again.
+		if q.s.cfg.Mode == Hybrid && now-q.rx.lastRx.Load() < loadPollSpan &&
+			q.w.rxAsleep.CompareAndSwap(true, false) {
+			q.c.rxKicked.incShared()
+			q.w.kickRx()
+		}
 	}
 	q.txMu.Unlock()
 	return n
@@ -688,6 +720,7 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 			switch {
 			case q.txReady():
 			case q.s.cfg.Mode == Hybrid && q.txPollLocked(ctx):
+				q.c.txPolls.incShared()
 			default:
 				err = q.sleepLocked(ctx, 1)
 			}
@@ -705,10 +738,12 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 			q.w.txWaiting.Store(false)
 			return nil
 		}
+		q.c.txBlocked.incShared()
 		t := time.NewTimer(time.Millisecond)
 		select {
 		case <-q.w.txWake:
 		case <-t.C:
+			q.c.txBlockedTimeouts.incShared()
 		case <-ctx.Done():
 		case <-s.dead:
 		}
@@ -726,9 +761,11 @@ func (q *Queue) WaitTx(ctx context.Context) error {
 // meanwhile.
 func (q *Queue) txPollLocked(ctx context.Context) bool {
 	for i := 1; ; i++ {
-		now := nanotime()
-		if now-q.rx.lastRx.Load() >= loadPollSpan || !q.tx.owed(now, loadPollSpan) {
-			return false
+		if i%clockEvery == 1 { // wait.go, clockEvery
+			now := nanotime()
+			if now-q.rx.lastRx.Load() >= loadPollSpan || !q.tx.owed(now, loadPollSpan) {
+				return false
+			}
 		}
 		if _, in := q.ch.RingUsage(); in != 0 {
 			q.drainLocked()

@@ -14,15 +14,19 @@ import (
 // channel a transmit waiter blocks on while someone else drains.
 //
 // mu guards ctx and interrupted; it is a leaf lock (taken under inMu by a
-// sleeper, alone by interrupt and kick). txWaiting is atomic and txWake
-// immutable after newQueue.
+// sleeper, under txMu by TxBurst's kickRx, alone by interrupt and kick).
+// txWaiting and rxAsleep are atomic and txWake immutable after newQueue.
 type waiter struct {
 	mu          sync.Mutex
 	ctx         [2]waitCtx // by role: 0 Wait, 1 WaitTx
 	interrupted error      // why the queue stopped for good; nil while it runs
 
-	txWaiting atomic.Bool   // a WaitTx waits on txWake
-	txWake    chan struct{} // 1-buffered: a drain found work
+	txWaiting atomic.Bool // a WaitTx waits on txWake
+	// rxAsleep: a Wait sleeps on the ring (its context taken); a TxBurst
+	// that marks the queue loaded clears it and kicks that sleep
+	// (kickRx, tx.go TxBurst).
+	rxAsleep atomic.Bool
+	txWake   chan struct{} // 1-buffered: a drain found work
 
 	spin spinBudget // Hybrid's adaptive share of Config.PollBudget
 
@@ -92,6 +96,15 @@ func (w *waiter) kick() {
 	w.mu.Unlock()
 }
 
+// kickRx ends a sleep of Wait in progress (WaitTx's goes on).
+func (w *waiter) kickRx() {
+	w.mu.Lock()
+	if c := w.ctx[0].cancel; c != nil {
+		c()
+	}
+	w.mu.Unlock()
+}
+
 // interrupt wakes sleepers for good: their next sleep returns err.
 func (w *waiter) interrupt(err error) {
 	w.mu.Lock()
@@ -157,8 +170,9 @@ type spinBudget struct {
 // the guest returned it. A sleep between rounds costs a wake-up per
 // round, while the host's ring runs dry; a sleeper also holds inMu, so a
 // WaitTx waits for its wake-up and drain (two hand-overs per round).
-// Traffic that never outruns the host (a short burst, a request at a
-// time) leaves the budget as it is.
+// For the same reason a TxBurst that marks the queue loaded ends a sleep
+// of Wait already under way (kickRx). Traffic that never outruns the
+// host (a short burst, a request at a time) leaves the budget as it is.
 const loadPollSpan = int64(5 * time.Millisecond)
 
 // loaded reports, without locks, whether the queue was under full load
@@ -166,6 +180,11 @@ const loadPollSpan = int64(5 * time.Millisecond)
 func (q *Queue) loaded(now int64) bool {
 	return now-q.rx.fullAt.Load() < loadPollSpan || q.tx.owed(now, loadPollSpan)
 }
+
+// clockEvery is how many polls a hybrid Wait or WaitTx makes per reading
+// of the clock: a poll costs a few nanoseconds, so the budget and the
+// load span are still kept to well under a microsecond.
+const clockEvery = 8
 
 // maxSpinShift halvings take the 50 µs default below a microsecond, less
 // than one sleep and wake-up costs: the queue then sleeps at once.
@@ -246,21 +265,29 @@ func (q *Queue) Wait(ctx context.Context) error {
 		}
 	case Hybrid:
 		budget := q.w.spin.budget(q.s.cfg.PollBudget)
+		loaded := false
 		for i := 1; ; i++ {
-			now := nanotime()
-			since := now - q.rx.lastRx.Load()
-			loaded := false
-			if since >= budget {
-				if since >= loadPollSpan || !q.loaded(now) {
-					break
+			// The clock every clockEvery polls: read on each, it cost
+			// more than the poll itself (a tenth of the guest's CPU at
+			// full load), taken from the host sharing the cores.
+			if i%clockEvery == 1 {
+				now := nanotime()
+				since := now - q.rx.lastRx.Load()
+				loaded = false
+				if since >= budget {
+					if since >= loadPollSpan || !q.loaded(now) {
+						break
+					}
+					loaded = true
 				}
-				loaded = true
 			}
 			if q.rxReady() {
 				if !loaded {
 					q.w.spin.polled()
+				} else {
+					q.c.rxLoadPolls.incShared()
 				}
-				q.c.rxPolls.inc()
+				q.c.rxPolls.incShared()
 				q.c.pollNanos.v.Add(uint64(nanotime() - start))
 				return nil
 			}
@@ -338,7 +365,22 @@ func (q *Queue) sleepLocked(ctx context.Context, role int) error {
 		return nil // the VF has frames: no sleep
 	}
 	q.c.idleSleeps.inc()
+	if role == 0 {
+		q.c.rxSleeps.inc()
+		if q.tx.held() {
+			q.c.rxSleepsOwed.inc()
+		}
+	} else {
+		q.c.txSleeps.inc()
+	}
+	if role == 0 {
+		// Set once wctx is taken: a kick from now on ends this sleep.
+		q.w.rxAsleep.Store(true)
+	}
 	err = q.ch.WaitReadable(wctx)
+	if role == 0 {
+		q.w.rxAsleep.Store(false)
+	}
 	if err != nil {
 		if e := q.s.err(); e != nil {
 			return e

@@ -495,3 +495,233 @@ func TestTransmitterBehindHostMarksLoad(t *testing.T) {
 		})
 	}
 }
+
+// sendBurst hands k copies of f to q.TxBurst and fails unless it takes
+// them all.
+func sendBurst(t *testing.T, q *Queue, f []byte, k int) {
+	t.Helper()
+	pkts := make([]*frame.Packet, k)
+	if q.AllocBurst(pkts) != k {
+		t.Fatal("pool exhausted")
+	}
+	for _, p := range pkts {
+		copy(p.SetLen(len(f)), f)
+	}
+	if m := q.TxBurst(pkts); m != k {
+		frame.PutBurst(pkts[m:])
+		t.Fatalf("burst of %d came back short: %d", k, m)
+	}
+}
+
+// TestStreamingTransmitterMarksLoad: a full burst (fullBurstMin frames
+// or more) that starts while the host still holds earlier sends marks
+// the queue as under load, however few sections those are: the
+// transmitter streams faster than the host's completions come back, and
+// a hybrid Wait that slept between its stalls would leave the
+// completions to an interrupt while holding inMu. Single frames, or a
+// first full burst, leave it unloaded (TestTransmitterBehindHostMarksLoad
+// covers the host holding half the sections).
+func TestStreamingTransmitterMarksLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		bursts []int // frames per burst, in order
+		want   bool
+	}{
+		{"one full burst", []int{fullBurstMin}, false},
+		{"single frames", []int{1, 1, 1, 1}, false},
+		{"a short burst behind a send", []int{1, fullBurstMin - 1}, false},
+		{"a full burst behind a send", []int{1, fullBurstMin}, true},
+		{"full bursts", []int{fullBurstMin, fullBurstMin}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid})
+			q := n.Queues()[0]
+			// The host completes nothing: every send stays held.
+			sn.Device().SetFault(sim.FaultStopDraining, true)
+			defer sn.Device().SetFault(sim.FaultStopDraining, false)
+			f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
+			for _, k := range tc.bursts {
+				sendBurst(t, q, f, k)
+			}
+			if q.tx.behind() {
+				t.Fatalf("the host holds half of %d sections: the test measures nothing", len(q.tx.secFrames))
+			}
+			at := q.tx.stalled.Load()
+			if got := at != 0 && q.tx.owed(at, loadPollSpan); got != tc.want {
+				t.Errorf("loaded = %v after bursts %v, want %v", got, tc.bursts, tc.want)
+			}
+		})
+	}
+}
+
+// TestStreamingTransmitterEndsWaitSleep: a TxBurst that marks the queue
+// loaded ends a hybrid Wait's sleep on the ring, so the Wait polls the
+// completions in rather than leaving them to the host's interrupt (and
+// holding inMu against the transmitter meanwhile). The host completes
+// nothing here, so no interrupt can end the sleep instead; it did work
+// just before (lastRx), so the woken Wait polls. An Interrupt-mode Wait
+// is left asleep.
+func TestStreamingTransmitterEndsWaitSleep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
+	q := n.Queues()[0]
+	sn.Device().SetFault(sim.FaultStopDraining, true)
+	defer sn.Device().SetFault(sim.FaultStopDraining, false)
+
+	sleeps := q.Stats().Waits.RxSleeps
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	woke := make(chan error, 1)
+	go func() { woke <- q.Wait(wctx) }()
+	for !q.w.rxAsleep.Load() {
+		if ctx.Err() != nil {
+			t.Fatal("the receiver never went to sleep")
+		}
+		runtime.Gosched()
+	}
+	if got := q.Stats().Waits.RxSleeps; got != sleeps+1 {
+		t.Errorf("RxSleeps %d, want %d", got, sleeps+1)
+	}
+	f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
+	sendBurst(t, q, f, 1)
+	// The kick needs the host's last work within loadPollSpan (else the
+	// Wait would sleep again at once): the test's goroutine can be off
+	// its CPU longer than that, so an attempt that took too long is
+	// tried again.
+	for attempt := 1; q.Stats().Waits.RxKicked == 0; attempt++ {
+		if attempt > 20 {
+			t.Fatal("every attempt outlasted loadPollSpan")
+		}
+		start := nanotime()
+		q.rx.lastRx.Store(start) // as a drain that found work
+		sendBurst(t, q, f, fullBurstMin)
+		if q.Stats().Waits.RxKicked == 0 && nanotime()-start < loadPollSpan {
+			t.Fatal("a full burst behind a held send left the sleeping Wait alone")
+		}
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatalf("Wait: %v (its sleep was not ended by the burst)", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Wait never returned")
+	}
+	if w := q.Stats().Waits; w.RxKicked != 1 || w.RxWakeups != 0 {
+		t.Errorf("RxKicked %d, RxWakeups %d: want the burst, not the ring, to end the sleep", w.RxKicked, w.RxWakeups)
+	}
+}
+
+// TestWaitStatsCount: the wait counters say how each wait ended.
+func TestWaitStatsCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	t.Run("poll", func(t *testing.T) {
+		// A budget no test outlasts: the frame is found polling.
+		sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Hour})
+		q := n.Queues()[0]
+		pkts := make([]*frame.Packet, 8)
+		// A frame that is there before Wait looks returns at once,
+		// uncounted: try again, the frame later each time (nothing
+		// says when Wait started polling), until one came while it
+		// polled.
+		for attempt := 1; q.Stats().Waits.RxPolls == 0; attempt++ {
+			if attempt > 20 {
+				t.Fatal("every frame came before Wait polled")
+			}
+			sent := make(chan int, 1)
+			go func() {
+				for range 100 * attempt {
+					runtime.Gosched()
+				}
+				sent <- sn.Deliver([][]byte{frameTo(n.MAC())})
+			}()
+			if err := q.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if k := <-sent; k != 1 {
+				t.Fatalf("host took %d frames", k)
+			}
+			for k := 0; k == 0; k = q.RxBurst(pkts) {
+				if ctx.Err() != nil {
+					t.Fatal("the frame never arrived")
+				}
+			}
+			frame.PutBurst(pkts[:1])
+		}
+		if w := q.Stats().Waits; w.RxPolls != 1 || w.RxSleeps != 0 || w.RxLoadPolls != 0 {
+			t.Errorf("RxPolls %d RxLoadPolls %d RxSleeps %d, want 1 0 0", w.RxPolls, w.RxLoadPolls, w.RxSleeps)
+		}
+	})
+	t.Run("sleep and wake-up", func(t *testing.T) {
+		sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
+		q := n.Queues()[0]
+		done := make(chan error, 1)
+		go func() { done <- q.Wait(ctx) }()
+		for !q.w.rxAsleep.Load() {
+			if ctx.Err() != nil {
+				t.Fatal("Wait never slept")
+			}
+			runtime.Gosched()
+		}
+		if k := sn.Deliver([][]byte{frameTo(n.MAC())}); k != 1 {
+			t.Fatalf("host took %d frames", k)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if w := q.Stats().Waits; w.RxSleeps != 1 || w.RxWakeups != 1 || w.RxSleepsOwed != 0 {
+			t.Errorf("RxSleeps %d RxWakeups %d RxSleepsOwed %d, want 1 1 0", w.RxSleeps, w.RxWakeups, w.RxSleepsOwed)
+		}
+	})
+	t.Run("sleep with sends owed, WaitTx behind it", func(t *testing.T) {
+		sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
+		q := n.Queues()[0]
+		sn.Device().SetFault(sim.FaultStopDraining, true)
+		// One send the host holds, then every section: each burst
+		// below fullBurstMin, so none marks the queue loaded.
+		f := frameTo([]byte{0x02, 0, 0, 0, 0, 9})
+		pkts := make([]*frame.Packet, 1)
+		for {
+			if q.AllocBurst(pkts) != 1 {
+				t.Fatal("pool exhausted before the send buffer")
+			}
+			copy(pkts[0].SetLen(len(f)), f)
+			if q.TxBurst(pkts) == 0 {
+				pkts[0].Free()
+				break
+			}
+		}
+		q.tx.stalled.Store(0) // the short burst's mark: let Wait sleep
+		done := make(chan error, 1)
+		wctx, wcancel := context.WithCancel(ctx)
+		go func() { done <- q.Wait(wctx) }()
+		for !q.w.rxAsleep.Load() {
+			if ctx.Err() != nil {
+				t.Fatal("Wait never slept")
+			}
+			runtime.Gosched()
+		}
+		txDone := make(chan error, 1)
+		go func() { txDone <- q.WaitTx(ctx) }()
+		for q.Stats().Waits.TxBlocked == 0 {
+			if ctx.Err() != nil {
+				t.Fatal("WaitTx never waited behind the sleeper")
+			}
+			runtime.Gosched()
+		}
+		sn.Device().SetFault(sim.FaultStopDraining, false)
+		if err := <-txDone; err != nil {
+			t.Fatalf("WaitTx: %v", err)
+		}
+		wcancel()
+		<-done
+		if w := q.Stats().Waits; w.RxSleepsOwed != 1 {
+			t.Errorf("RxSleepsOwed %d, want 1", w.RxSleepsOwed)
+		}
+	})
+}

@@ -461,6 +461,10 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 			fmt.Fprintf(os.Stderr, "queue %d: sections %d completions %d stop_queue %d no_space %d busy %d wakeups rx %d idle_waits %d signals tx %d rx %d; host %v\n",
 				i, a.TxSections-b.TxSections, a.TxCompletions-b.TxCompletions, a.StopQueue-b.StopQueue, a.TxNoSpace-b.TxNoSpace, a.TxBusy-b.TxBusy,
 				a.Channel.Wakeups-b.Channel.Wakeups, a.Channel.IdleWaits-b.Channel.IdleWaits, a.Channel.TxSignals-b.Channel.TxSignals, a.Channel.RxSignals-b.Channel.RxSignals, hs)
+			w, v := a.Waits, b.Waits
+			fmt.Fprintf(os.Stderr, "queue %d waits: rx polls %d (load %d) sleeps %d (owed %d) wakeups %d kicked %d; tx polls %d sleeps %d wakeups %d blocked %d (timeouts %d)\n",
+				i, w.RxPolls-v.RxPolls, w.RxLoadPolls-v.RxLoadPolls, w.RxSleeps-v.RxSleeps, w.RxSleepsOwed-v.RxSleepsOwed, w.RxWakeups-v.RxWakeups, w.RxKicked-v.RxKicked,
+				w.TxPolls-v.TxPolls, w.TxSleeps-v.TxSleeps, w.TxWakeups-v.TxWakeups, w.TxBlocked-v.TxBlocked, w.TxBlockedTimeouts-v.TxBlockedTimeouts)
 		}
 	}
 	var sig, wake, sleeps uint64
