@@ -86,7 +86,7 @@ const DefaultBacklog = 64
 
 // Config configures connections and listeners. The zero value is the
 // default: automatic transport, root from VMBUSD_ROOT or "/", 208 KiB rings,
-// Linux's 4088-byte chunks, an 8 s linger. A Config is read, never
+// chunks sized to the send ring (ChunkSize), an 8 s linger. A Config is read, never
 // modified, by the functions it is passed to.
 type Config struct {
 	Transport Transport
@@ -101,8 +101,11 @@ type Config struct {
 	// accepts. On the kernel transport they become SO_SNDBUF and SO_RCVBUF
 	// (halved, as Linux doubles them), and 0 leaves the kernel's choice.
 	SendRingSize, RecvRingSize int
-	// ChunkSize is the most payload one packet carries: 1..wire.MTU, 0
-	// meaning wire.DefaultChunk (Linux's 4088). Bigger chunks mean fewer packets but let the
+	// ChunkSize is the most payload one packet carries: 1..wire.MTU. 0
+	// sizes it to the send ring: an eighth of its data area, at least
+	// wire.DefaultChunk (Linux's 4088, what a 24 KiB ring gets) and at
+	// most wire.MTU (the 16 KiB the protocol allows, what the default
+	// and larger rings get). Bigger chunks mean fewer packets but let the
 	// host start on the data later. VMBus transport only.
 	ChunkSize int
 	// Linger bounds how long Close waits for the host to finish the
@@ -149,7 +152,7 @@ func (c *Config) ResolvedTransport() Transport { return c.transport() }
 
 func (c *Config) check() error {
 	if c.ChunkSize < 0 || c.ChunkSize > wire.MTU {
-		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 for %d", c.ChunkSize, wire.MTU, wire.DefaultChunk)
+		return fmt.Errorf("hvsock: chunk size %d: want 1..%d, or 0 to size it to the send ring", c.ChunkSize, wire.MTU)
 	}
 	if c.SendRingSize < 0 || c.RecvRingSize < 0 || c.Backlog < 0 {
 		return fmt.Errorf("hvsock: negative ring size or backlog")
@@ -162,11 +165,26 @@ func (c *Config) check() error {
 	return nil
 }
 
-func (c *Config) chunk() int {
-	if c.ChunkSize == 0 {
-		return wire.DefaultChunk
+// chunk returns the payload per packet on a send ring with a data area
+// of ringData bytes. Every packet costs the writer a descriptor, a pipe
+// header, a trailer and index arithmetic, and the reader a validation and
+// a decode, so 64 KiB writes are cheaper in MTU packets than in Linux's
+// 4 KiB ones; an eighth of the ring keeps eight packets in flight, so the
+// host can still free space while the guest writes
+// (docs/protocol/hvsock.md §1.6: payloads up to 16384 bytes).
+func (c *Config) chunk(ringData int) int {
+	if c.ChunkSize != 0 {
+		return c.ChunkSize
 	}
-	return c.ChunkSize
+	return AutoChunk(ringData)
+}
+
+// AutoChunk is the payload per packet a Config with ChunkSize 0 uses on a
+// send ring whose data area (the ring less its header page) is ringData
+// bytes: an eighth of it, rounded down to 8, within
+// [wire.DefaultChunk, wire.MTU].
+func AutoChunk(ringData int) int {
+	return min(max(ringData/8&^7, wire.DefaultChunk), wire.MTU)
 }
 
 func (c *Config) linger() time.Duration {

@@ -369,29 +369,60 @@ func TestConfigChecks(t *testing.T) {
 	}
 }
 
-// TestChunkSizeBoundsPackets: a 64 KiB write in 16 KiB chunks is four
-// packets, in the default 4088-byte chunks seventeen.
+// TestChunkSizeBoundsPackets: a write is cut into packets of at most the
+// chunk size; ChunkSize 0 sizes the chunk to the send ring (an eighth of
+// its data area within Linux's 4088 and the 16 KiB MTU), so a 64 KiB write
+// on the largest ring is four packets, on a 24 KiB ring Linux's chunks.
 func TestChunkSizeBoundsPackets(t *testing.T) {
 	testutil.CheckGoroutineLeaks(t)
 	e := newTestEnv(t, sim.HvSockConfig{})
-	for i, tc := range []struct{ chunk, packets int }{{wire.MTU, 4}, {0, 17}} {
-		cfg := e.cfg
-		cfg.ChunkSize = tc.chunk
-		cfg.SendRingSize = hvsock.MaxRingSize
-		g, h := e.pair(t, cfg, uint32(600+i))
-		if _, err := g.Write(make([]byte, 64<<10)); err != nil {
-			t.Fatal(err)
+	for i, tc := range []struct {
+		name               string
+		chunk, ring, write int
+		packets            int
+	}{
+		{"mtu", wire.MTU, hvsock.MaxRingSize, 64 << 10, 4},
+		{"linux", wire.DefaultChunk, hvsock.MaxRingSize, 64 << 10, 17},
+		{"auto/256K", 0, hvsock.MaxRingSize, 64 << 10, 4},
+		{"auto/default", 0, hvsock.DefaultRingSize, 64 << 10, 4},
+		{"auto/64K", 0, 64 << 10, 16 << 10, 3},           // 61440/8 = 7680 B
+		{"auto/24K", 0, hvsock.MinRingSize, 16 << 10, 5}, // 20480/8 < 4088
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.cfg
+			cfg.ChunkSize = tc.chunk
+			cfg.SendRingSize = tc.ring
+			g, h := e.pair(t, cfg, uint32(600+i))
+			defer func() {
+				h.Close()
+				g.Close()
+			}()
+			if _, err := g.Write(make([]byte, tc.write)); err != nil {
+				t.Fatal(err)
+			}
+			st := g.Stats()
+			if st.PacketsWritten != uint64(tc.packets) {
+				t.Errorf("%d packets, want %d", st.PacketsWritten, tc.packets)
+			}
+			// The send loop: the whole write was one batch, one commit.
+			if st.Channel.TxCommits != 1 {
+				t.Errorf("%d commits for one write that fits, want 1", st.Channel.TxCommits)
+			}
+		})
+	}
+}
+
+func TestAutoChunk(t *testing.T) {
+	for _, tc := range []struct{ data, want int }{
+		{hvsock.MinRingSize - 4096, wire.DefaultChunk},
+		{64<<10 - 4096, 7680},
+		{hvsock.DefaultRingSize - 4096, wire.MTU},
+		{hvsock.MaxRingSize - 4096, wire.MTU},
+		{100003, 12496}, // rounded down to 8
+	} {
+		if got := hvsock.AutoChunk(tc.data); got != tc.want {
+			t.Errorf("AutoChunk(%d) = %d, want %d", tc.data, got, tc.want)
 		}
-		st := g.Stats()
-		if st.PacketsWritten != uint64(tc.packets) {
-			t.Errorf("chunk %d: %d packets, want %d", tc.chunk, st.PacketsWritten, tc.packets)
-		}
-		// The send loop: the whole write was one batch, one commit.
-		if st.Channel.TxCommits != 1 {
-			t.Errorf("chunk %d: %d commits for one write that fits, want 1", tc.chunk, st.Channel.TxCommits)
-		}
-		h.Close()
-		g.Close()
 	}
 }
 

@@ -40,8 +40,9 @@
 // # The protocol (VMBus transport; docs/protocol/hvsock.md §1.5 to §1.10)
 //
 // Data travels as inband packets whose payload starts with the 8-byte
-// vmpipe header {type 1, size N}; N is at most Config.ChunkSize (Linux's
-// 4088 by default, MTU = 16 KiB at most). A zero-size packet is a FIN. A
+// vmpipe header {type 1, size N}; N is at most Config.ChunkSize (by
+// default an eighth of the send ring within Linux's 4088 and the MTU of
+// 16 KiB: AutoChunk). A zero-size packet is a FIN. A
 // writer always leaves Reserve (72) bytes free so that the FIN fits. A
 // Write keeps writing chunks until its data is queued or the ring is full,
 // publishes them with one commit (a signal only on empty to non-empty with

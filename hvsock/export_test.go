@@ -19,3 +19,7 @@ func ConnOverPair(p *vmbustest.Pair, cfg Config, port uint32) *Conn {
 		local:  &Addr{ContextID: CIDAny, Port: 49152, Transport: TransportVMBus},
 		remote: &Addr{ContextID: CIDHost, Port: port, Transport: TransportVMBus}}
 }
+
+// GuestChannel returns the VMBus channel under a VMBus-transport Conn, for
+// tests that put packets on it the stream would never write.
+func GuestChannel(c *Conn) *vmbus.Channel { return c.s.(*vmbusStream).ch }

@@ -286,3 +286,82 @@ func TestGuestViolationsAreNone(t *testing.T) {
 		t.Fatalf("hv_sock violations %d", e.hv.Stats().Violations)
 	}
 }
+
+// guestRaw builds a guest data packet by hand: the pipe header at offset8
+// off8 (2 is what every sender uses), pipe type ptype, payload data.
+func guestRaw(off8 int, ptype uint32, data []byte) []byte {
+	body := off8*8 + wire.PipeHeaderSize + len(data)
+	pkt := make([]byte, (body+7)&^7)
+	binary.LittleEndian.PutUint16(pkt[0:], 6) // inband
+	binary.LittleEndian.PutUint16(pkt[2:], uint16(off8))
+	binary.LittleEndian.PutUint16(pkt[4:], uint16(len(pkt)/8))
+	binary.LittleEndian.PutUint32(pkt[off8*8:], ptype)
+	binary.LittleEndian.PutUint32(pkt[off8*8+4:], uint32(len(data)))
+	copy(pkt[off8*8+wire.PipeHeaderSize:], data)
+	return pkt
+}
+
+// TestHostReadsGuestPacketsInPlace: the simulated host copies payloads
+// straight out of the ring, in whatever pieces its reader asks for, also
+// from a packet whose pipe header sits past offset8 2 (legal, though no
+// sender does it), and still resets the connection on a pipe type that
+// is neither DATA nor PARTIAL.
+func TestHostReadsGuestPacketsInPlace(t *testing.T) {
+	e := newTestEnv(t, sim.HvSockConfig{})
+	g, h := e.pair(t, e.cfg, 850)
+	defer closePair(g, h)
+	ch := hvsock.GuestChannel(g)
+	for _, pkt := range [][]byte{guestRaw(2, wire.PipeData, []byte("abc")), guestRaw(3, wire.PipeData, []byte("defghij"))} {
+		if err := ch.Out().WriteRaw(pkt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 50000)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := g.Write(big)
+		wrote <- err
+	}()
+	want := append([]byte("abcdefghij"), big...)
+	h.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 0, len(want))
+	var b [4]byte // partial reads throughout
+	for len(got) < 20 {
+		n, err := h.Read(b[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b[:n]...)
+	}
+	rest := make([]byte, len(want)-len(got))
+	if _, err := io.ReadFull(h, rest); err != nil {
+		t.Fatal(err)
+	}
+	if got = append(got, rest...); !bytes.Equal(got, want) {
+		t.Fatal("the host read other bytes than the guest sent")
+	}
+	if v := e.hv.Stats().Violations; v != 0 {
+		t.Fatalf("%d violations for legal packets", v)
+	}
+	if err := <-wrote; err != nil { // the channel is the test's again
+		t.Fatal(err)
+	}
+
+	if err := ch.Out().WriteRaw(guestRaw(2, 3, []byte("gpa?"))); err != nil {
+		t.Fatal(err)
+	}
+	ch.Flush()
+	var fe *wire.FrameError
+	if _, err := h.Read(b[:]); !errors.As(err, &fe) || fe.Kind != wire.FramePipeType {
+		t.Fatalf("host Read of a pipe type 3 packet = %v, want a FramePipeType error", err)
+	}
+	if v := e.hv.Stats().Violations; v != 1 {
+		t.Fatalf("%d violations, want 1", v)
+	}
+}

@@ -104,7 +104,7 @@ func newVMBusStream(dev channelDevice, name string, cfg *Config, snd, rcv int) *
 	rctx, rcancel := context.WithCancel(ctx)
 	wctx, wcancel := context.WithCancel(ctx)
 	return &vmbusStream{
-		dev: dev, name: name, ch: dev.Primary(), chunk: cfg.chunk(), linger: cfg.linger(), clk: clock.Or(cfg.Clock), log: cfg.logger(),
+		dev: dev, name: name, ch: dev.Primary(), chunk: cfg.chunk(dev.Primary().Out().DataSize()), linger: cfg.linger(), clk: clock.Or(cfg.Clock), log: cfg.logger(),
 		snd: snd, rcv: rcv,
 		ctx: ctx, cancel: cancel, rcancel: rcancel, wcancel: wcancel,
 		rdl: deadline.New(rctx), wdl: deadline.New(wctx),

@@ -419,6 +419,32 @@ func (c *Channel) Recv() (Packet, error) {
 	return p, nil
 }
 
+// Peek is Recv for a reader that copies payloads straight out of the ring
+// (InRing.Peek): it validates the next packet and copies only the first
+// len(head) bytes of it into head; In().CopyBody reads the rest and Skip
+// moves past it. Completions are not matched to requests: the reader
+// that peeks is a pipe's, which has none.
+func (c *Channel) Peek(head []byte) (Packet, error) {
+	if e := c.Err(); e != nil {
+		return Packet{}, e
+	}
+	p, err := c.in.Peek(head)
+	if err != nil {
+		return Packet{}, c.check(err)
+	}
+	return p, nil
+}
+
+// Skip moves past the packet Peek holds and counts it as received.
+func (c *Channel) Skip() {
+	before := c.in.next
+	c.in.Skip()
+	if c.in.next != before {
+		c.rxPackets.add(1)
+		c.rxBytes.add(uint64(c.in.r.used(c.in.next, before)))
+	}
+}
+
 // CommitRecv releases the packets read so far to the host and signals it
 // when it was blocked waiting for that space.
 func (c *Channel) CommitRecv() error {

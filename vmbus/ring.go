@@ -326,6 +326,7 @@ type InRing struct {
 	writeIdx  uint32 // last validated write index of the peer
 	maxPkt    int    // largest packet body accepted (descriptor to padding)
 	err       *CorruptError
+	held      uint32 // body length of the packet Peek left in place, 0 if none
 }
 
 // NewInRing attaches a reader to ring memory. maxPacket bounds the body
@@ -406,23 +407,44 @@ func (i *InRing) Available() int {
 //
 // Nothing is released to the writer until Commit.
 func (i *InRing) Read(buf []byte) (Packet, error) {
+	p, d, err := i.descriptor()
+	if err != nil {
+		return Packet{}, err
+	}
+	body := uint32(p.Len8) * 8
+	if len(buf) < int(body) {
+		return Packet{}, fmt.Errorf("vmbus: read buffer of %d bytes for a %d-byte packet (want MaxPacket = %d)", len(buf), body, i.maxPkt)
+	}
+	p.Raw = buf[:body]
+	if err := i.finish(&p, d); err != nil {
+		return Packet{}, err
+	}
+	i.next = i.r.advance(i.next, body+trailerSize)
+	i.held = 0
+	return p, nil
+}
+
+// descriptor reads and validates the descriptor of the next packet:
+// its fields, its length against the data available and the channel
+// maximum, its type and flags.
+func (i *InRing) descriptor() (Packet, [descriptorSize]byte, error) {
+	var d [descriptorSize]byte
 	if i.err != nil {
-		return Packet{}, i.err
+		return Packet{}, d, i.err
 	}
 	avail := i.r.used(i.writeIdx, i.next)
 	if avail == 0 {
 		if err := i.refreshWrite(); err != nil {
-			return Packet{}, err
+			return Packet{}, d, err
 		}
 		avail = i.r.used(i.writeIdx, i.next)
 		if avail == 0 {
-			return Packet{}, ErrRingEmpty
+			return Packet{}, d, ErrRingEmpty
 		}
 	}
 	if avail < MinPacketSize {
-		return Packet{}, i.fail(CorruptShortPacket, i.next, uint64(avail))
+		return Packet{}, d, i.fail(CorruptShortPacket, i.next, uint64(avail))
 	}
-	var d [descriptorSize]byte
 	i.r.copyOut(d[:], i.next)
 	p := Packet{
 		Type:    PacketType(binary.LittleEndian.Uint16(d[0:])),
@@ -434,31 +456,81 @@ func (i *InRing) Read(buf []byte) (Packet, error) {
 	body := uint32(p.Len8) * 8
 	switch {
 	case p.Offset8 < 2:
-		return Packet{}, i.fail(CorruptOffset, i.next, uint64(p.Offset8))
+		return Packet{}, d, i.fail(CorruptOffset, i.next, uint64(p.Offset8))
 	case p.Len8 < p.Offset8:
-		return Packet{}, i.fail(CorruptLength, i.next, uint64(p.Len8))
+		return Packet{}, d, i.fail(CorruptLength, i.next, uint64(p.Len8))
 	case body+trailerSize > avail || int(body) > i.maxPkt:
-		return Packet{}, i.fail(CorruptLength, i.next, uint64(p.Len8))
+		return Packet{}, d, i.fail(CorruptLength, i.next, uint64(p.Len8))
 	case !validType(p.Type):
-		return Packet{}, i.fail(CorruptType, i.next, uint64(p.Type))
+		return Packet{}, d, i.fail(CorruptType, i.next, uint64(p.Type))
 	case p.Flags&^FlagCompletionRequested != 0:
-		return Packet{}, i.fail(CorruptFlags, i.next, uint64(p.Flags))
+		return Packet{}, d, i.fail(CorruptFlags, i.next, uint64(p.Flags))
 	}
-	if len(buf) < int(body) {
-		return Packet{}, fmt.Errorf("vmbus: read buffer of %d bytes for a %d-byte packet (want MaxPacket = %d)", len(buf), body, i.maxPkt)
-	}
-	p.Raw = buf[:body]
+	return p, d, nil
+}
+
+// finish copies p.Raw out of the ring at the read position, puts the
+// validated descriptor d back over the copy's, so that a peer rewriting
+// the ring meanwhile cannot smuggle in other values, and checks the
+// type-specific header.
+func (i *InRing) finish(p *Packet, d [descriptorSize]byte) error {
 	i.r.copyOut(p.Raw, i.next)
-	// The copy's descriptor is replaced by the one validated above, so a
-	// host rewriting the ring meanwhile cannot smuggle in other values.
 	copy(p.Raw, d[:])
-	if ce := checkHeader(&p); ce != nil {
+	if ce := checkHeader(p); ce != nil {
 		ce.Off = i.next
 		i.err = ce
-		return Packet{}, ce
+		return ce
 	}
-	i.next = i.r.advance(i.next, body+trailerSize)
+	return nil
+}
+
+// Peek is Read for a reader that copies payloads straight out of the ring
+// into their destination, as OpenVMM's pipe reader does (one copy instead
+// of two): it validates the next packet as Read does but copies only its
+// first len(head) bytes (all of it if shorter) into head, which must hold
+// the descriptor and the type-specific header (offset8*8 bytes); Raw is
+// that prefix and Len8 tells the packet's length. The packet stays in the
+// ring, where CopyBody reads the rest, until Skip moves past it; calling
+// Peek again before Skip returns it once more. Only the prefix is
+// validated: the bytes CopyBody delivers are payload, which the peer may
+// rewrite while we copy them but whose length and place were fixed here.
+func (i *InRing) Peek(head []byte) (Packet, error) {
+	p, d, err := i.descriptor()
+	if err != nil {
+		return Packet{}, err
+	}
+	body := int(p.Len8) * 8
+	if len(head) < int(p.Offset8)*8 {
+		return Packet{}, fmt.Errorf("vmbus: peek buffer of %d bytes for a %d-byte packet header", len(head), int(p.Offset8)*8)
+	}
+	p.Raw = head[:min(len(head), body)]
+	if err := i.finish(&p, d); err != nil {
+		return Packet{}, err
+	}
+	i.held = uint32(body)
 	return p, nil
+}
+
+// CopyBody copies bytes of the packet Peek holds, from offset off of its
+// body (descriptor included) into dst, and returns how many: fewer than
+// len(dst) at the end of the packet, 0 past it or when no packet is held.
+func (i *InRing) CopyBody(dst []byte, off int) int {
+	if off < 0 || off >= int(i.held) {
+		return 0
+	}
+	n := min(len(dst), int(i.held)-off)
+	i.r.copyOut(dst[:n], i.r.advance(i.next, uint32(off)))
+	return n
+}
+
+// Skip moves past the packet Peek holds; nothing is released to the
+// writer until Commit. It does nothing when no packet is held.
+func (i *InRing) Skip() {
+	if i.held == 0 {
+		return
+	}
+	i.next = i.r.advance(i.next, i.held+trailerSize)
+	i.held = 0
 }
 
 // Commit publishes the read index after the packets read so far and reports

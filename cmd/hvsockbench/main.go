@@ -30,7 +30,7 @@ func main() {
 	unixSize := flag.String("vsunix-size", "1G", "bytes per vsunix cell")
 	unixRings := flag.String("vsunix-rings", "default,256K", "ring sizes for the vsunix table (both directions; header page included)")
 	unixWrites := flag.String("vsunix-writes", "128,4K,64K", "write sizes for the vsunix table")
-	chunk := flag.Int("chunk", 0, "payload per guest packet (0: hvsock's default, Linux's 4088)")
+	chunk := flag.Int("chunk", 0, "payload per guest packet (0: hvsock's default, sized to the send ring: hvsock.AutoChunk)")
 	mode := flag.String("mode", "interrupt", "how the guest waits for the host: interrupt or poll")
 	rings := flag.String("rings", "default,16K,32K,64K,128K,256K", "ring sizes for the ringsize table (header page included; 16K is clamped to the 24K minimum)")
 	writes := flag.String("writes", "128,1K,4K,64K", "write sizes for the ringsize table")
@@ -48,7 +48,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer b.close()
-	fmt.Printf("# hvsockbench: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s; simulated host in this process (profile %s, host chunk %d B); guest chunk %d B, waits by %s; default rings %s; %d iterations per cell\n\n",
+	fmt.Printf("# hvsockbench: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s; simulated host in this process (profile %s, host chunk %d B); guest chunk %s, waits by %s; default rings %s; %d iterations per cell\n\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), loadAvg(), sim.DefaultProfile, b.hv.Config().ChunkSize,
 		b.chunk(), b.mode, b.defaultRings(), *iters)
 	for _, t := range strings.Split(*tables, ",") {
@@ -371,11 +371,12 @@ func (b *bench) defaultRings() string {
 	return fmt.Sprintf("%s send, %s receive", sizeString(int64(snd)), sizeString(int64(rcv)))
 }
 
-func (b *bench) chunk() int {
+func (b *bench) chunk() string {
 	if b.guestChunk > 0 {
-		return b.guestChunk
+		return fmt.Sprintf("%d B", b.guestChunk)
 	}
-	return wire.DefaultChunk
+	return fmt.Sprintf("by send ring (hvsock.AutoChunk: %d B on 24K, %d B on the default and 256K)",
+		hvsock.AutoChunk(hvsock.MinRingSize-vmbus.DataOffset()), hvsock.AutoChunk(hvsock.DefaultRingSize-vmbus.DataOffset()))
 }
 
 func loadAvg() string {

@@ -73,3 +73,33 @@ func FuzzParseConnectResult(f *testing.F) {
 		wiretest.Reencodes(t, b, r.Marshal(), r, padding)
 	})
 }
+
+// FuzzDecodeHead: the in-place decoder agrees with DecodePacket on every
+// whole packet, and given only the first HeaderLen bytes it either asks
+// for the length that holds the pipe header or finds the same payload.
+func FuzzDecodeHead(f *testing.F) {
+	wiretest.Seed(f, packet(PipeData, []byte("hello")))
+	wiretest.Seed(f, packet(PipeData, nil))
+	f.Add([]byte{6, 0, 3, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 'd', 'a', 't', 'a', 0, 0, 0, 0}) // pipe header at offset8 3
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		data, err := DecodePacket(raw)
+		if err != nil {
+			return
+		}
+		start, size, need, err := DecodeHead(raw[:HeaderLen])
+		if err != nil {
+			t.Fatalf("DecodeHead rejects a packet DecodePacket accepts: %v", err)
+		}
+		if need > 0 {
+			if need > len(raw) {
+				t.Fatalf("need %d beyond the %d-byte packet", need, len(raw))
+			}
+			if start, size, need, err = DecodeHead(raw[:need]); err != nil || need != 0 {
+				t.Fatalf("with the head it asked for: need %d, %v", need, err)
+			}
+		}
+		if size != len(data) || (size > 0 && &raw[start] != &data[0]) {
+			t.Fatalf("DecodeHead: payload at %d+%d, DecodePacket %d bytes", start, size, len(data))
+		}
+	})
+}

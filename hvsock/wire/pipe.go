@@ -147,31 +147,54 @@ func (e *FrameError) Error() string {
 // the packet and at most MTU) plus OpenVMM's pipe type check. Flags and
 // the transaction id are ignored, as both of them do.
 func DecodePacket(raw []byte) ([]byte, error) {
-	if len(raw) < minPacketLen {
-		return nil, &FrameError{Kind: FrameShort, Val: uint64(len(raw))}
+	if len(raw) >= minPacketLen {
+		if body := int(binary.LittleEndian.Uint16(raw[4:])) * 8; body != len(raw) {
+			return nil, &FrameError{Kind: FrameShort, Val: uint64(body)}
+		}
 	}
-	typ := binary.LittleEndian.Uint16(raw[0:])
-	off := int(binary.LittleEndian.Uint16(raw[2:])) * 8
-	body := int(binary.LittleEndian.Uint16(raw[4:])) * 8
+	start, size, _, err := DecodeHead(raw)
+	if err != nil {
+		return nil, err
+	}
+	return raw[start : start+size : start+size], nil
+}
+
+// DecodeHead is DecodePacket for a reader that leaves the packet in the
+// ring and copies its payload straight to its destination
+// (vmbus.InRing.Peek, as OpenVMM's pipe reader does): head is the start of
+// the packet body, at least HeaderLen bytes of it (or all of a shorter
+// packet), and the body's length is the descriptor's len8*8. It returns
+// where the payload starts in the body and its size, after the same checks
+// as DecodePacket. When head stops before the pipe header (a sender that
+// put it past offset8 2, which no known one does), it returns need, the
+// head length that holds it, and no error: peek again with that much.
+func DecodeHead(head []byte) (start, size, need int, err error) {
+	if len(head) < minPacketLen {
+		return 0, 0, 0, &FrameError{Kind: FrameShort, Val: uint64(len(head))}
+	}
+	typ := binary.LittleEndian.Uint16(head[0:])
+	off := int(binary.LittleEndian.Uint16(head[2:])) * 8
+	body := int(binary.LittleEndian.Uint16(head[4:])) * 8
 	switch {
-	case body != len(raw):
-		return nil, &FrameError{Kind: FrameShort, Val: uint64(body)}
+	case body < minPacketLen:
+		return 0, 0, 0, &FrameError{Kind: FrameShort, Val: uint64(body)}
 	case typ != descInband:
-		return nil, &FrameError{Kind: FrameType, Val: uint64(typ)}
+		return 0, 0, 0, &FrameError{Kind: FrameType, Val: uint64(typ)}
 	case off < descOffset8*8 || off > body-PipeHeaderSize:
-		return nil, &FrameError{Kind: FrameOffset, Val: uint64(off / 8)}
+		return 0, 0, 0, &FrameError{Kind: FrameOffset, Val: uint64(off / 8)}
+	case off+PipeHeaderSize > len(head):
+		return 0, 0, off + PipeHeaderSize, nil
 	}
-	ptype := binary.LittleEndian.Uint32(raw[off:])
-	size := binary.LittleEndian.Uint32(raw[off+4:])
+	ptype := binary.LittleEndian.Uint32(head[off:])
+	sz := binary.LittleEndian.Uint32(head[off+4:])
 	room := body - off - PipeHeaderSize
 	switch {
 	case ptype != PipeData && ptype != PipePartial:
-		return nil, &FrameError{Kind: FramePipeType, Val: uint64(ptype)}
-	case size > MTU:
-		return nil, &FrameError{Kind: FrameMTU, Val: uint64(size)}
-	case int(size) > room:
-		return nil, &FrameError{Kind: FrameSize, Val: uint64(size)}
+		return 0, 0, 0, &FrameError{Kind: FramePipeType, Val: uint64(ptype)}
+	case sz > MTU:
+		return 0, 0, 0, &FrameError{Kind: FrameMTU, Val: uint64(sz)}
+	case int(sz) > room:
+		return 0, 0, 0, &FrameError{Kind: FrameSize, Val: uint64(sz)}
 	}
-	start := off + PipeHeaderSize
-	return raw[start : start+int(size) : start+int(size)], nil
+	return off + PipeHeaderSize, int(sz), 0, nil
 }

@@ -27,8 +27,10 @@ import (
 // at most 16 KiB; anything else is a violation that resets the connection),
 // and the rescind once both directions are done (see hvsock.go).
 //
-//	Read   drains packets into b; partial reads keep the rest of a packet;
-//	       the read index is published once no packet is left half-read;
+//	Read   drains packets into b, copying each payload straight out of the
+//	       ring as OpenVMM's pipe reader does (no private copy); partial
+//	       reads keep the rest of a packet in the ring; the read index is
+//	       published once no packet is left half-read;
 //	       io.EOF after the guest's FIN; ECONNRESET if the guest closed the
 //	       channel without one. Faults: FaultStopDraining/FaultSlowHost.
 //	Write  chunks into packets, one commit per call (or when full: then
@@ -55,7 +57,9 @@ type Conn struct {
 	rdl, wdl *deadline.Deadline
 
 	rmu     sync.Mutex
-	cur     []byte
+	curOff  int // the packet in hand (held in the ring by Peek): where
+	curLen  int // its undelivered payload starts in the body, how long
+	head    []byte
 	finRcvd bool
 	rerr    error
 
@@ -74,7 +78,7 @@ type Conn struct {
 var _ net.Conn = (*Conn)(nil)
 
 func newHvSockConn(o *hvOffer, s *bus.Session) *Conn {
-	c := &Conn{hv: o.hv, sess: s, ch: s.Primary(), chunk: o.hv.cfg.ChunkSize}
+	c := &Conn{hv: o.hv, sess: s, ch: s.Primary(), chunk: o.hv.cfg.ChunkSize, head: make([]byte, wire.HeaderLen)}
 	guestPort := binary.BigEndian.Uint32(o.endpoint[:4])
 	hostPort := binary.BigEndian.Uint32(o.service[:4])
 	if o.fromHost {
@@ -128,31 +132,58 @@ func (c *Conn) violation(err error) {
 	c.end()
 }
 
-// nextLocked takes the next packet; ok is false when none is waiting.
+// nextLocked takes the next packet in hand, leaving it in the ring; ok is
+// false when none is waiting.
 func (c *Conn) nextLocked() (ok bool, err error) {
-	p, err := c.ch.Recv()
-	if err == vmbus.ErrRingEmpty {
-		return false, nil
-	}
-	if err != nil {
-		if _, corrupt := vmbus.IsCorrupt(err); corrupt {
+	head := c.head[:wire.HeaderLen]
+	for {
+		p, err := c.ch.Peek(head)
+		if err == vmbus.ErrRingEmpty {
+			return false, nil
+		}
+		if err != nil {
+			if _, corrupt := vmbus.IsCorrupt(err); corrupt {
+				c.violation(err)
+				return false, err
+			}
+			return false, syscall.ECONNRESET
+		}
+		start, size, need, err := wire.DecodeHead(p.Raw)
+		if err != nil {
 			c.violation(err)
 			return false, err
 		}
-		return false, syscall.ECONNRESET
+		if need > 0 { // a pipe header past offset8 2: peek that far
+			if need > len(c.head) {
+				c.head = make([]byte, need)
+			}
+			head = c.head[:need]
+			continue
+		}
+		if size == 0 {
+			c.ch.Skip()
+			c.finRcvd = true
+			c.markDone(true, false)
+			return false, nil
+		}
+		c.curOff, c.curLen = start, size
+		return true, nil
 	}
-	data, err := wire.DecodePacket(p.Raw)
-	if err != nil {
-		c.violation(err)
-		return false, err
+}
+
+// copyCurLocked copies what b takes of the packet in hand straight from
+// the ring, and moves past the packet once it is delivered.
+func (c *Conn) copyCurLocked(b []byte) int {
+	k := c.ch.In().CopyBody(b[:min(len(b), c.curLen)], c.curOff)
+	c.curOff += k
+	c.curLen -= k
+	if k == 0 { // no packet held: nothing else reads this ring, but never spin
+		c.curLen = 0
 	}
-	if len(data) == 0 {
-		c.finRcvd = true
-		c.markDone(true, false)
-		return false, nil
+	if c.curLen == 0 {
+		c.ch.Skip()
 	}
-	c.cur = data
-	return true, nil
+	return k
 }
 
 // Read implements net.Conn.
@@ -188,13 +219,8 @@ func (c *Conn) read(ctx context.Context, b []byte) (int, error) {
 	defer c.ring.RUnlock()
 	for {
 		if c.detached || c.sess.Context().Err() != nil {
-			// The guest's channel is closed: what was copied out is
-			// still ours; the ring is not.
-			if len(c.cur) > 0 {
-				k := copy(b, c.cur)
-				c.cur = c.cur[k:]
-				return k, nil
-			}
+			// The guest's channel is closed: the ring, and what was
+			// left unread in it, are gone (OpenVMM: ConnectionReset).
 			return 0, syscall.ECONNRESET
 		}
 		if err := c.ch.Throttle(ctx); err != nil {
@@ -203,17 +229,15 @@ func (c *Conn) read(ctx context.Context, b []byte) (int, error) {
 		n := 0
 		var err error
 		for n < len(b) && err == nil {
-			if len(c.cur) == 0 {
+			if c.curLen == 0 {
 				var ok bool
 				if ok, err = c.nextLocked(); !ok {
 					break
 				}
 			}
-			k := copy(b[n:], c.cur)
-			c.cur = c.cur[k:]
-			n += k
+			n += c.copyCurLocked(b[n:])
 		}
-		if len(c.cur) == 0 && c.rerr == nil {
+		if c.curLen == 0 && c.rerr == nil {
 			c.ch.CommitRecv()
 		}
 		switch {
@@ -403,7 +427,7 @@ func (c *Conn) drainAfterClose() {
 	defer c.ring.RUnlock()
 	ctx := c.sess.Context()
 	for !c.detached && c.rerr == nil {
-		if len(c.cur) > 0 {
+		if c.curLen > 0 {
 			c.end()
 			return
 		}
