@@ -415,6 +415,7 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	if dir == "rx" {
 		port = "gen"
 	}
+	xBefore := xcoreRTT()
 	h, err := startHost("-port", port, "-size", strconv.Itoa(size), "-flows", "64",
 		"-cpuprofile", *hostProf, "-trace", *hostTrace)
 	if err != nil {
@@ -454,6 +455,7 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	rxWG.Wait()
 	n.Close()
 	hs := h.stop()
+	xAfter := xcoreRTT()
 	pk := float64(p1 - p0)
 	if *verbose {
 		for i := range s1.Queues {
@@ -488,9 +490,10 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 		"pps": pk / el, "gbps": pk * float64(size) * 8 / el / 1e9,
 		"guest_cpu": (c1 - c0) / el, "guest_cpu_s_per_mpkt": (c1 - c0) / (pk / 1e6),
 		"host_cpu": (hc1 - hc0) / el, "signals_per_pkt": float64(sig) / pk, "wakeups_per_pkt": float64(wake) / pk,
-		"sleeps_per_s": float64(sleeps) / el, "poll_share": poll / el, "sleep_share": slept / el, "gen_refused": refused},
+		"sleeps_per_s": float64(sleeps) / el, "poll_share": poll / el, "sleep_share": slept / el, "gen_refused": refused,
+		"xcore_ns_before": xBefore, "xcore_ns_after": xAfter},
 		"test", "dir", "size", "mode", "queues", "pps", "gbps", "guest_cpu", "guest_cpu_s_per_mpkt", "host_cpu", "signals_per_pkt", "wakeups_per_pkt",
-		"sleeps_per_s", "poll_share", "sleep_share", "gen_refused")
+		"sleeps_per_s", "poll_share", "sleep_share", "gen_refused", "xcore_ns_before", "xcore_ns_after")
 	return nil
 }
 
