@@ -31,9 +31,9 @@ func rateRow() row {
 			"default) and busy polling are measured back to back at each point of a run, hybrid first in odd runs and poll first in " +
 			"even ones; the ratio is hybrid ÷ poll, run by run, over the pairs measured in one state of the machine. netbench times " +
 			"a cache line bounced between the two CPUs before and after each measurement (`xcore_ns_before`/`_after` in its " +
-			"records): on this two-CPU virtual machine that round trip sits near one of two levels for minutes at a time " +
-			"(about 120 ns or 450 ns, by where the hypervisor runs the virtual CPUs; another busy process shows as " +
-			"microseconds) and every rate here moves with it, by up to 1.7×. A pair whose four readings differ by more than " +
+			"records, the fastest of nine batches): on this two-CPU virtual machine that round trip sits near one of two " +
+			"levels for minutes at a time (about 120 ns or 450 ns, by where the hypervisor runs the virtual CPUs) and every " +
+			"rate here moves with it, by up to 1.7×. A pair whose four readings differ by more than " +
 			"1.5× compared two machines, not two wait modes: it is left out of the ratio (the Mpps columns keep every run) and " +
 			"the pairs column says how many were compared; when none was, the ratio is over all of them, marked so.",
 		run: runRate}
@@ -220,9 +220,9 @@ func runRate(ctx context.Context, e *env, s *section) error {
 // xcoreSame reports whether a hybrid and a busy-poll measurement met the
 // machine in one state: their four cross-CPU round trips (netbench's
 // xcore_ns_before/_after) within 1.5× of each other. The two levels
-// this machine moves between are about 4× apart, a busy neighbour
-// more; runs of one level spread by a fifth. Readings missing (0) or
-// not numbers compare as different.
+// this machine moves between are about 4× apart; readings of one level
+// spread by a fifth. Readings missing (0) or not numbers compare as
+// different.
 func xcoreSame(h, p [2]float64) bool {
 	lo, hi := math.Inf(1), 0.0
 	for _, v := range [4]float64{h[0], h[1], p[0], p[1]} {

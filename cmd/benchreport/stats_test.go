@@ -91,7 +91,7 @@ func TestXcoreSame(t *testing.T) {
 		{"one fast state", [2]float64{112, 160}, [2]float64{120, 140}, true},
 		{"changed between the modes", [2]float64{457, 151}, [2]float64{164, 112}, false},
 		{"changed during one", [2]float64{139, 459}, [2]float64{450, 460}, false},
-		{"busy neighbour", [2]float64{460, 1144}, [2]float64{498, 475}, false},
+		{"a reading far off", [2]float64{460, 1144}, [2]float64{498, 475}, false},
 		{"older netbench, no readings", [2]float64{}, [2]float64{}, false},
 		{"one reading missing", [2]float64{450, 0}, [2]float64{450, 450}, false},
 	} {
