@@ -12,7 +12,8 @@
 // rate also times a cache line bounced between the first two CPUs before
 // and after each measurement (xcore_ns_before/_after): the machine's state,
 // which on a small virtual machine can change the rates more than the wait
-// mode does (see xcore.go).
+// mode does (see xcore.go); and the CPU the rest of the machine took
+// during it (other_cpu, cores).
 //
 // tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
 // sockets in this process), a 1-byte TCP request/response and ping(8),
