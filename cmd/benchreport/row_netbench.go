@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -28,7 +29,16 @@ func rateRow() row {
 			"takes frames into a discarding port. Frames counted over the window after a 300 ms warm-up; guest CPU is the " +
 			"netbench process's getrusage over the window. Hybrid (poll while busy, sleep on the interrupt fd when quiet, the " +
 			"default) and busy polling are measured back to back at each point of a run, hybrid first in odd runs and poll first in " +
-			"even ones; the ratio is hybrid ÷ poll, run by run.",
+			"even ones; the ratio is hybrid ÷ poll, run by run, over the pairs measured in one state of the machine. netbench times " +
+			"a cache line bounced between the two CPUs before and after each measurement (`xcore_ns_before`/`_after` in its " +
+			"records, the fastest of nine batches): on this two-CPU virtual machine that round trip sits near one of two " +
+			"levels for minutes at a time (about 120 ns or 450 ns, by where the hypervisor runs the virtual CPUs) and every " +
+			"rate here moves with it, by up to 1.7×; it also reports the CPU the rest of the machine took during each " +
+			"measurement (`other_cpu`, /proc/stat less netbench and the host: 0.01–0.05 of a core when quiet, a core with a " +
+			"build beside it). A pair whose four round trips differ by more than 1.5×, or either of whose measurements shared " +
+			"the CPUs with more than a quarter of a core of other work, compared two machines, not two wait modes: it is left " +
+			"out of the ratio (the Mpps columns keep every run) and the pairs column says how many were compared; when none " +
+			"was, the ratio is over all of them, marked so.",
 		run: runRate}
 }
 
@@ -151,7 +161,10 @@ func runRate(ctx context.Context, e *env, s *section) error {
 		return err
 	}
 	type key struct{ dir, size, mode string }
-	type figs struct{ pps, gbps, cpu runs }
+	type figs struct {
+		pps, gbps, cpu runs
+		state          []machineState // per run (sameMachine)
+	}
 	var points []key
 	by := map[key]*figs{}
 	for _, recs := range all {
@@ -169,6 +182,11 @@ func runRate(ctx context.Context, e *env, s *section) error {
 			}
 			f := by[k]
 			f.pps, f.gbps, f.cpu = append(f.pps, v[0]), append(f.gbps, v[1]), append(f.cpu, v[2])
+			var m machineState // fields absent from older netbench: 0, never the same machine
+			m.xcore[0], _ = r.num("xcore_ns_before")
+			m.xcore[1], _ = r.num("xcore_ns_after")
+			m.other, m.hasOther = r.num("other_cpu")
+			f.state = append(f.state, m)
 		}
 	}
 	if len(points) == 0 {
@@ -182,14 +200,63 @@ func runRate(ctx context.Context, e *env, s *section) error {
 		if p == nil {
 			p = &figs{}
 		}
-		rows = append(rows, []string{dirName[k.dir], k.size, h.pps.cell(scaled(1e6)), p.pps.cell(scaled(1e6)), ratios(h.pps, p.pps).cell(times),
+		var hs, ps runs // the pairs measured in one machine state
+		n := min(len(h.pps), len(p.pps))
+		for i := range n {
+			if sameMachine(h.state[i], p.state[i]) {
+				hs, ps = append(hs, h.pps[i]), append(ps, p.pps[i])
+			}
+		}
+		pairs := fmt.Sprintf("%d of %d", len(hs), n)
+		if len(hs) == 0 {
+			hs, ps = h.pps, p.pps
+			pairs += " (ratio over all)"
+		}
+		rows = append(rows, []string{dirName[k.dir], k.size, h.pps.cell(scaled(1e6)), p.pps.cell(scaled(1e6)), ratios(hs, ps).cell(times), pairs,
 			h.gbps.cell(sig3), p.gbps.cell(sig3), h.cpu.cell(sig3), p.cpu.cell(sig3)})
 		if len(p.pps) > 0 {
-			s.sum(fmt.Sprintf("%s %s B, hybrid vs busy polling, Mpps", dirName[k.dir], k.size), scaled(1e6)(h.pps.median()), scaled(1e6)(p.pps.median()), ratios(h.pps, p.pps).cell(times))
+			s.sum(fmt.Sprintf("%s %s B, hybrid vs busy polling, Mpps", dirName[k.dir], k.size), scaled(1e6)(h.pps.median()), scaled(1e6)(p.pps.median()), ratios(hs, ps).cell(times))
 		}
 	}
-	s.table([]string{"direction", "frame B", "hybrid Mpps", "poll Mpps", "hybrid ÷ poll", "hybrid Gbit/s", "poll Gbit/s", "hybrid guest CPU-s/Mpkt", "poll guest CPU-s/Mpkt"}, rows)
+	s.table([]string{"direction", "frame B", "hybrid Mpps", "poll Mpps", "hybrid ÷ poll", "pairs compared", "hybrid Gbit/s", "poll Gbit/s", "hybrid guest CPU-s/Mpkt", "poll guest CPU-s/Mpkt"}, rows)
 	return nil
+}
+
+// machineState is what netbench rate read of the machine around one
+// measurement: the cross-CPU round trip before and after it (ns) and the
+// CPU the rest of the machine took during it (cores).
+type machineState struct {
+	xcore    [2]float64
+	other    float64
+	hasOther bool
+}
+
+// otherCPUMax is the most CPU (in cores) the rest of the machine may
+// take during a measurement whose pair is compared: a quiet machine
+// reads 0.01–0.05, a build or linter beside the benchmark a core.
+const otherCPUMax = 0.25
+
+// sameMachine reports whether a hybrid and a busy-poll measurement met
+// the machine in one state: their four cross-CPU round trips (netbench's
+// xcore_ns_before/_after) within 1.5× of each other, and neither shared
+// the CPUs with more than otherCPUMax of other work (other_cpu, when
+// netbench reports it). The two round-trip levels this machine moves
+// between are about 4× apart; readings of one level spread by a fifth.
+// Round trips missing (0) or not numbers compare as different.
+func sameMachine(h, p machineState) bool {
+	lo, hi := math.Inf(1), 0.0
+	for _, v := range [4]float64{h.xcore[0], h.xcore[1], p.xcore[0], p.xcore[1]} {
+		if !(v > 0) {
+			return false
+		}
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	for _, m := range [2]machineState{h, p} {
+		if m.hasOther && !(m.other <= otherCPUMax) {
+			return false
+		}
+	}
+	return hi <= 1.5*lo
 }
 
 func runSweep(ctx context.Context, e *env, s *section) error {

@@ -80,3 +80,28 @@ func TestLoadStats(t *testing.T) {
 		t.Errorf("%+v", st)
 	}
 }
+
+func TestSameMachine(t *testing.T) {
+	st := func(before, after float64) machineState { return machineState{xcore: [2]float64{before, after}} }
+	busy := func(m machineState, other float64) machineState { m.other, m.hasOther = other, true; return m }
+	for _, c := range []struct {
+		name string
+		h, p machineState
+		want bool
+	}{
+		{"one slow state", st(430, 470), st(455, 500), true},
+		{"one fast state", st(112, 160), st(120, 140), true},
+		{"changed between the modes", st(457, 151), st(164, 112), false},
+		{"changed during one", st(139, 459), st(450, 460), false},
+		{"a reading far off", st(460, 1144), st(498, 475), false},
+		{"older netbench, no readings", st(0, 0), st(0, 0), false},
+		{"one reading missing", st(450, 0), st(450, 450), false},
+		{"quiet machine", busy(st(430, 440), 0.03), busy(st(450, 445), 0.05), true},
+		{"a build beside the hybrid run", busy(st(430, 440), 1.07), busy(st(450, 445), 0.02), false},
+		{"a build beside the poll run", busy(st(430, 440), 0.02), busy(st(450, 445), 0.3), false},
+	} {
+		if got := sameMachine(c.h, c.p); got != c.want {
+			t.Errorf("%s: sameMachine(%+v, %+v) = %v, want %v", c.name, c.h, c.p, got, c.want)
+		}
+	}
+}

@@ -9,6 +9,12 @@
 //
 //	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|latency|all ...
 //
+// rate also times a cache line bounced between the first two CPUs before
+// and after each measurement (xcore_ns_before/_after): the machine's state,
+// which on a small virtual machine can change the rates more than the wait
+// mode does (see xcore.go); and the CPU the rest of the machine took
+// during it (other_cpu, cores).
+//
 // tapveth measures TCP both ways with iperf3 (when installed; -tcp go uses
 // sockets in this process), a 1-byte TCP request/response and ping(8),
 // with the TAP offloads on (-offloads=false for plain TAPs) and a GPA

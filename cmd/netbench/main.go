@@ -232,6 +232,31 @@ func procCPU(pid int) float64 {
 	return (u + k) / 100 // USER_HZ
 }
 
+// machineCPU returns the CPU seconds every CPU of the machine spent busy
+// so far (/proc/stat: all but idle and iowait), 0 if unreadable. Less
+// this process's and the host's over a window, it is what the rest of
+// the machine (other processes, the kernel's own threads) took.
+func machineCPU() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / 100 // USER_HZ
+}
+
 func selfCPU() float64 {
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
@@ -415,6 +440,7 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 	if dir == "rx" {
 		port = "gen"
 	}
+	xBefore := xcoreRTT()
 	h, err := startHost("-port", port, "-size", strconv.Itoa(size), "-flows", "64",
 		"-cpuprofile", *hostProf, "-trace", *hostTrace)
 	if err != nil {
@@ -442,18 +468,19 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 		}
 	}
 	time.Sleep(300 * time.Millisecond) // warm up
-	c0, hc0, p0 := selfCPU(), h.cpu(), count.Load()
+	c0, hc0, p0, m0 := selfCPU(), h.cpu(), count.Load(), machineCPU()
 	s0 := n.Stats()
 	start := time.Now()
 	time.Sleep(*dur)
 	el := time.Since(start).Seconds()
-	c1, hc1, p1 := selfCPU(), h.cpu(), count.Load()
+	c1, hc1, p1, m1 := selfCPU(), h.cpu(), count.Load(), machineCPU()
 	s1 := n.Stats()
 	cancel()
 	wg.Wait()
 	rxWG.Wait()
 	n.Close()
 	hs := h.stop()
+	xAfter := xcoreRTT()
 	pk := float64(p1 - p0)
 	if *verbose {
 		for i := range s1.Queues {
@@ -488,9 +515,10 @@ func ratePoint(dir string, size int, mode netvsc.Mode) error {
 		"pps": pk / el, "gbps": pk * float64(size) * 8 / el / 1e9,
 		"guest_cpu": (c1 - c0) / el, "guest_cpu_s_per_mpkt": (c1 - c0) / (pk / 1e6),
 		"host_cpu": (hc1 - hc0) / el, "signals_per_pkt": float64(sig) / pk, "wakeups_per_pkt": float64(wake) / pk,
-		"sleeps_per_s": float64(sleeps) / el, "poll_share": poll / el, "sleep_share": slept / el, "gen_refused": refused},
+		"sleeps_per_s": float64(sleeps) / el, "poll_share": poll / el, "sleep_share": slept / el, "gen_refused": refused,
+		"xcore_ns_before": xBefore, "xcore_ns_after": xAfter, "other_cpu": max(0, (m1-m0-(c1-c0)-(hc1-hc0))/el)},
 		"test", "dir", "size", "mode", "queues", "pps", "gbps", "guest_cpu", "guest_cpu_s_per_mpkt", "host_cpu", "signals_per_pkt", "wakeups_per_pkt",
-		"sleeps_per_s", "poll_share", "sleep_share", "gen_refused")
+		"sleeps_per_s", "poll_share", "sleep_share", "gen_refused", "xcore_ns_before", "xcore_ns_after", "other_cpu")
 	return nil
 }
 
