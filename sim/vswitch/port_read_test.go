@@ -111,3 +111,104 @@ func TestTAPPortReadLoop(t *testing.T) {
 	close(stop)
 	<-sent
 }
+
+// TestTAPPortTransmitTakesAnswers: what the kernel queued for the guest
+// by the time a Transmit's writes are done is delivered by that Transmit
+// (pollAfterWrite), in order with what the read loop delivers, and a
+// frame the read loop is woken for while a Transmit reads is not left
+// behind.
+func TestTAPPortTransmitTakesAnswers(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel := fds[1]
+	defer unix.Close(kernel)
+	tp := &TAP{f: os.NewFile(uintptr(fds[0]), "port")}
+	if err := tp.initIO(); err != nil {
+		t.Fatal(err)
+	}
+	u := &blockingUplink{got: make(chan string, 64), entered: make(chan struct{}), release: make(chan struct{})}
+	tp.up = u
+	send := func(payload string) {
+		t.Helper()
+		if err := unix.Send(kernel, append(make([]byte, EthHeaderLen), payload...), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frame := append(make([]byte, EthHeaderLen), "request"...)
+	deadline := time.After(time.Minute) // a bound for a hang, not a threshold
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-u.got:
+			if got != want {
+				t.Fatalf("delivered %q, want %q", got, want)
+			}
+		case <-deadline:
+			t.Fatalf("%q never delivered", want)
+		}
+	}
+	written := func() {
+		t.Helper()
+		b := make([]byte, 256)
+		n, err := unix.Read(kernel, b)
+		if err != nil || string(b[EthHeaderLen:n]) != "request" {
+			t.Fatalf("the kernel read %q, %v; want the request", b[:max(n, 0)], err)
+		}
+	}
+
+	// No read loop yet: only the Transmit can deliver the answers.
+	send("answer 1")
+	send("answer 2")
+	tp.Transmit([][]byte{frame})
+	written()
+	for _, want := range []string{"answer 1", "answer 2"} {
+		select {
+		case got := <-u.got:
+			if got != want {
+				t.Fatalf("delivered %q, want %q", got, want)
+			}
+		default:
+			t.Fatalf("%q not delivered when Transmit returned", want)
+		}
+	}
+
+	// A frame the read loop wakes for while a Transmit holds the reader
+	// is delivered after the Transmit's, by one of them.
+	tp.wg.Add(1)
+	go tp.runRead()
+	defer tp.Close()
+	u.hold.Store(true)
+	send("answer 3")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tp.TransmitOffload([][]byte{frame}, nil)
+	}()
+	<-u.entered // whoever reads is in Deliver with the reader held
+	u.hold.Store(false)
+	send("answer 4")
+	u.release <- struct{}{}
+	expect("answer 3")
+	expect("answer 4")
+	select {
+	case <-done:
+	case <-deadline:
+		t.Fatal("Transmit did not return")
+	}
+	written()
+
+	// A Transmit while the read loop is in Deliver neither waits for it
+	// nor delivers out of order.
+	u.hold.Store(true)
+	send("answer 5")
+	<-u.entered
+	u.hold.Store(false)
+	send("answer 6")
+	tp.Transmit([][]byte{frame}) // returns: the reader is busy
+	written()
+	u.release <- struct{}{}
+	expect("answer 5")
+	expect("answer 6")
+}

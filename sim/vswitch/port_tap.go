@@ -86,6 +86,13 @@ type TAP struct {
 	offloads tunOffloads // what TUNSETOFFLOAD accepted
 	writers  chan *tapWriter
 
+	// The read side's state, shared by runRead and the reads a Transmit
+	// makes after its writes (pollAfterWrite); rmu serialises them, so
+	// frames reach the vSwitch in the kernel's order.
+	rmu        sync.Mutex
+	rd         *tapReader
+	readWanted atomic.Bool // runRead found rmu held: read again after it
+
 	rx, tx, txErrors, rxDropped atomic.Uint64
 }
 
@@ -383,6 +390,7 @@ type tapReader struct {
 	super  bool           // some frame in the batch is a TCP super-frame
 	err    error
 	readFn func(fd uintptr) bool // bound once: no allocation per wait
+	pollFn func(fd uintptr)      // the same for pollAfterWrite
 }
 
 func (t *TAP) initIO() error {
@@ -391,6 +399,10 @@ func (t *TAP) initIO() error {
 		return fmt.Errorf("sim: tap: %w", err)
 	}
 	t.rc = rc
+	t.rd = &tapReader{slab: make([]byte, tapSlab), frames: make([][]byte, 0, tapMaxBatch),
+		offs: make([]FrameOffload, 0, tapMaxBatch)}
+	t.rd.readFn = func(fd uintptr) bool { return t.readAndDeliver(t.rd, int(fd)) }
+	t.rd.pollFn = func(fd uintptr) { t.drainAndUnlock(t.rd, int(fd)) }
 	t.writers = make(chan *tapWriter, 4)
 	for range cap(t.writers) {
 		w := &tapWriter{parts: make([][]byte, 0, tapMaxMerge)}
@@ -403,15 +415,12 @@ func (t *TAP) initIO() error {
 // runRead hands every frame the kernel sends to the guest, until Close.
 func (t *TAP) runRead() {
 	defer t.wg.Done()
-	r := &tapReader{slab: make([]byte, tapSlab), frames: make([][]byte, 0, tapMaxBatch),
-		offs: make([]FrameOffload, 0, tapMaxBatch)}
-	r.readFn = func(fd uintptr) bool { return t.readAndDeliver(r, int(fd)) }
+	r := t.rd
 	for {
 		err := t.rc.Read(r.readFn)
 		if t.closed.Load() || errors.Is(err, os.ErrClosed) {
 			return
 		}
-		r.err = nil
 	}
 }
 
@@ -423,6 +432,33 @@ func (t *TAP) runRead() {
 // here the read that emptied the kernel's queue was already after the
 // last wake-up. true (RawRead returns) only for a read error or Close.
 func (t *TAP) readAndDeliver(r *tapReader, fd int) bool {
+	t.readWanted.Store(true)
+	if !t.rmu.TryLock() {
+		// A Transmit is reading (pollAfterWrite): it reads again after
+		// it lets go, so what woke us is not left behind.
+		return false
+	}
+	return t.drainAndUnlock(r, fd)
+}
+
+// drainAndUnlock drains with t.rmu held and lets it go; it drains again
+// while a reader that found the lock held asked for it meanwhile
+// (readWanted). The result is drainLocked's.
+func (t *TAP) drainAndUnlock(r *tapReader, fd int) bool {
+	for {
+		t.readWanted.Store(false)
+		stop := t.drainLocked(r, fd)
+		t.rmu.Unlock()
+		if stop || !t.readWanted.Load() || !t.rmu.TryLock() {
+			return stop
+		}
+	}
+}
+
+// drainLocked reads and delivers batches until the kernel has no more
+// (false) or a read fails or the port closes (true); t.rmu is held.
+func (t *TAP) drainLocked(r *tapReader, fd int) bool {
+	r.err = nil
 	for {
 		empty := t.readBatch(r, fd)
 		t.deliver(r)
@@ -432,6 +468,23 @@ func (t *TAP) readAndDeliver(r *tapReader, fd int) bool {
 		if empty {
 			return false
 		}
+	}
+}
+
+// pollAfterWrite reads what the kernel queued for the guest while a
+// Transmit wrote: a frame written to the TAP is received by the kernel
+// inside the write, and its answer (a TCP ACK, an echo) is often queued
+// before the write returns. Taking it here, on the channel loop that is
+// about to deliver anyway, saves it the wait for runRead's goroutine to
+// be woken by the poller and then to wake the loop. When runRead is
+// reading already, it is left to it. A read error is left for runRead to
+// find and report.
+func (t *TAP) pollAfterWrite() {
+	if t.closed.Load() || !t.rmu.TryLock() {
+		return
+	}
+	if t.rc.Control(t.rd.pollFn) != nil {
+		t.rmu.Unlock() // closed: pollFn, which lets it go, did not run
 	}
 }
 
@@ -638,6 +691,7 @@ func (t *TAP) TransmitOffload(frames [][]byte, offs []FrameOffload) {
 		t.tx.Add(1)
 		t.cfg.Stamps.Stamp(hoptrace.HostTAPWrite)
 	}
+	t.pollAfterWrite()
 }
 
 // lsoSegment is what mergeRun reads from a candidate frame.
