@@ -221,7 +221,17 @@ func (d *Device) watch(ctx context.Context) {
 		d.wstop()
 	}
 	d.wctx = ctx
-	d.wstop = context.AfterFunc(ctx, func() { d.conn.SetReadDeadline(time.Unix(1, 0)) })
+	// AfterFunc runs f on its own goroutine, possibly after a later
+	// watch replaced ctx (stop cannot recall an f already started): only
+	// the context still watched may expire the deadline, so a stale
+	// cancellation cannot fail the Poll or Wait that follows.
+	d.wstop = context.AfterFunc(ctx, func() {
+		d.wmu.Lock()
+		defer d.wmu.Unlock()
+		if d.wctx == ctx {
+			d.conn.SetReadDeadline(time.Unix(1, 0))
+		}
+	})
 }
 
 // Poll reads every queued notification without blocking and returns the
