@@ -35,34 +35,27 @@ func (u *blockingUplink) Deliver(frames [][]byte) int {
 func (u *blockingUplink) MAC() net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 0, 1} }
 func (u *blockingUplink) MTU() int              { return 1500 }
 
-// TestTAPPortReadLoop drives the port's read loop over a datagram socket
-// standing in for the kernel side: a frame that arrives while the vSwitch
-// takes the previous batch is delivered (the loop waits for the poller
-// only after a read found nothing, and keeps no stale readiness), and
-// Close returns while the kernel keeps sending.
-func TestTAPPortReadLoop(t *testing.T) {
+// newSocketPort is a TAP port over a datagram socket pair standing in for
+// the kernel side (kernel is its end, closed when the test ends), with an
+// uplink that records what the port delivers; expect fails the test
+// unless the next frame delivered carries want, waiting at most a minute
+// (a bound for a hang, not a threshold).
+func newSocketPort(t *testing.T) (tp *TAP, kernel int, u *blockingUplink, expect func(want string)) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernel := fds[1]
-	defer unix.Close(kernel)
-	tp := &TAP{f: os.NewFile(uintptr(fds[0]), "port")}
+	kernel = fds[1]
+	t.Cleanup(func() { unix.Close(kernel) })
+	tp = &TAP{f: os.NewFile(uintptr(fds[0]), "port")}
 	if err := tp.initIO(); err != nil {
 		t.Fatal(err)
 	}
-	u := &blockingUplink{got: make(chan string, 64), entered: make(chan struct{}), release: make(chan struct{})}
+	u = &blockingUplink{got: make(chan string, 64), entered: make(chan struct{}), release: make(chan struct{})}
 	tp.up = u
-	tp.wg.Add(1)
-	go tp.runRead()
-	send := func(payload string) {
-		f := append(make([]byte, EthHeaderLen), payload...)
-		if err := unix.Send(kernel, f, 0); err != nil && err != unix.EAGAIN {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.After(time.Minute) // a bound for a hang, not a threshold
-	expect := func(want string) {
+	deadline := time.After(time.Minute)
+	expect = func(want string) {
 		t.Helper()
 		select {
 		case got := <-u.got:
@@ -71,6 +64,24 @@ func TestTAPPortReadLoop(t *testing.T) {
 			}
 		case <-deadline:
 			t.Fatalf("%q never delivered", want)
+		}
+	}
+	return tp, kernel, u, expect
+}
+
+// TestTAPPortReadLoop drives the port's read loop over a datagram socket
+// standing in for the kernel side: a frame that arrives while the vSwitch
+// takes the previous batch is delivered (the loop waits for the poller
+// only after a read found nothing, and keeps no stale readiness), and
+// Close returns while the kernel keeps sending.
+func TestTAPPortReadLoop(t *testing.T) {
+	tp, kernel, u, expect := newSocketPort(t)
+	tp.wg.Add(1)
+	go tp.runRead()
+	send := func(payload string) {
+		f := append(make([]byte, EthHeaderLen), payload...)
+		if err := unix.Send(kernel, f, 0); err != nil && err != unix.EAGAIN {
+			t.Fatal(err)
 		}
 	}
 
@@ -105,7 +116,7 @@ func TestTAPPortReadLoop(t *testing.T) {
 		if err != nil {
 			t.Errorf("Close: %v", err)
 		}
-	case <-deadline:
+	case <-time.After(time.Minute): // a bound for a hang, not a threshold
 		t.Fatal("Close did not return while frames kept coming")
 	}
 	close(stop)
@@ -118,18 +129,8 @@ func TestTAPPortReadLoop(t *testing.T) {
 // frame the read loop is woken for while a Transmit reads is not left
 // behind.
 func TestTAPPortTransmitTakesAnswers(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernel := fds[1]
-	defer unix.Close(kernel)
-	tp := &TAP{f: os.NewFile(uintptr(fds[0]), "port")}
-	if err := tp.initIO(); err != nil {
-		t.Fatal(err)
-	}
-	u := &blockingUplink{got: make(chan string, 64), entered: make(chan struct{}), release: make(chan struct{})}
-	tp.up = u
+	tp, kernel, u, expect := newSocketPort(t)
+	deadline := time.After(time.Minute) // a bound for a hang, not a threshold
 	send := func(payload string) {
 		t.Helper()
 		if err := unix.Send(kernel, append(make([]byte, EthHeaderLen), payload...), 0); err != nil {
@@ -137,18 +138,6 @@ func TestTAPPortTransmitTakesAnswers(t *testing.T) {
 		}
 	}
 	frame := append(make([]byte, EthHeaderLen), "request"...)
-	deadline := time.After(time.Minute) // a bound for a hang, not a threshold
-	expect := func(want string) {
-		t.Helper()
-		select {
-		case got := <-u.got:
-			if got != want {
-				t.Fatalf("delivered %q, want %q", got, want)
-			}
-		case <-deadline:
-			t.Fatalf("%q never delivered", want)
-		}
-	}
 	written := func() {
 		t.Helper()
 		b := make([]byte, 256)
