@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmbusd/vmbusd/rawio"
 )
 
 // Options tune Open.
@@ -292,7 +294,7 @@ type drain struct {
 
 func (r *drain) run(fd uintptr) bool {
 	for range maxDrain {
-		n, err := unix.Read(int(fd), r.buf[:r.d.msgLen])
+		n, err := rawio.Read(int(fd), r.buf[:r.d.msgLen])
 		switch {
 		case err == unix.EINTR:
 			continue

@@ -168,7 +168,8 @@ func (b *txBatch) inCur(f []byte) int {
 	return int(d)
 }
 
-// flushTx forwards the batch to the port.
+// flushTx forwards the batch to the port, then hands the guest what the
+// port answered meanwhile (publishRx).
 func (ch *nicChan) flushTx() {
 	b := &ch.tx
 	if len(b.frames) == 0 {
@@ -185,6 +186,22 @@ func (ch *nicChan) flushTx() {
 	ch.txPackets.Add(packets)
 	ch.ss.n.transmitBatch(b)
 	b.reset()
+	ch.publishRx()
+}
+
+// publishRx puts the frames queued for the guest into its receive ring
+// and publishes the ring (with the completions written so far), which
+// signals the guest as the ring's rules say (docs/protocol/vmbus-ring.md
+// §2.4). A port that answers at once, as a TAP does (the kernel's TCP
+// acknowledgements are there when the write returns), then has its
+// answers on their way while the rest of the pass is handled: a pass can
+// forward several batches, each a few 64 KiB writes, and its end can be
+// a millisecond away. A Flush error is the channel's; the pass's own
+// Flush returns it.
+func (ch *nicChan) publishRx() {
+	if ch.deliver() {
+		ch.c.Flush()
+	}
 }
 
 // handleRNDIS serves one SEND_RNDIS_PKT from the guest.
