@@ -181,6 +181,20 @@ func (q *Queue) loaded(now int64) bool {
 	return now-q.rx.fullAt.Load() < loadPollSpan || q.tx.owed(now, loadPollSpan)
 }
 
+// loadRecheck is how long a hybrid Wait polling under load goes before
+// it reads the load marks (Queue.loaded) and lastRx again. They sit on
+// lines the transmitter's core writes on every burst or frame: stalled
+// and stashN beside the open section (tx.cur, written per frame), the
+// free-section ring's indices (taken per section), lastRx (per drain).
+// Each read shares a line that core must then take back before its next
+// store, a cross-core round trip (~0.1-0.5 µs on the 2-core machine,
+// netbench's xcore probe) that the transmitter then waits out. Read
+// every clockEvery polls, they cost hybrid ~9 % of the transmit rate
+// at netbench rate tx/1514 against Poll mode, which reads none of them.
+// A load that ended is noticed up to loadRecheck later, a fiftieth of
+// loadPollSpan.
+const loadRecheck = loadPollSpan / 50
+
 // clockEvery is how many polls a hybrid Wait or WaitTx makes per reading
 // of the clock: a poll costs a few nanoseconds, so the budget and the
 // load span are still kept to well under a microsecond.
@@ -266,19 +280,24 @@ func (q *Queue) Wait(ctx context.Context) error {
 	case Hybrid:
 		budget := q.w.spin.budget(q.s.cfg.PollBudget)
 		loaded := false
+		// until: polling goes on at least until then, as last judged
+		// from lastRx and the load marks; they are read again only
+		// once it passed (loadRecheck).
+		var until int64
 		for i := 1; ; i++ {
 			// The clock every clockEvery polls: read on each, it cost
 			// more than the poll itself (a tenth of the guest's CPU at
 			// full load), taken from the host sharing the cores.
 			if i%clockEvery == 1 {
-				now := nanotime()
-				since := now - q.rx.lastRx.Load()
-				loaded = false
-				if since >= budget {
-					if since >= loadPollSpan || !q.loaded(now) {
-						break
+				if now := nanotime(); now >= until {
+					last := q.rx.lastRx.Load()
+					loaded, until = false, last+budget
+					if now >= until {
+						if now-last >= loadPollSpan || !q.loaded(now) {
+							break
+						}
+						loaded, until = true, now+loadRecheck
 					}
-					loaded = true
 				}
 			}
 			if q.rxReady() {
