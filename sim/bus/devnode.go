@@ -33,6 +33,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -213,24 +214,25 @@ func (n *node) admit(uc *net.UnixConn) {
 	c, err := newNodeConn(n, uc)
 	if err != nil {
 		n.log.Warn("sim: uio node: accept", "err", err)
+		uc.Close()
 		return
 	}
 	n.mu.Lock()
 	prev, closed := n.cur, n.closed
 	n.mu.Unlock()
 	if closed {
-		c.discard()
+		uc.Close()
 		return
 	}
 	if prev != nil && !prev.waitGone(connectGrace) {
 		n.violation(fmt.Sprintf("second concurrent connect (pid %d) while pid %d has the device open", c.pid, prev.pid))
-		c.discard()
+		uc.Close()
 		return
 	}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		c.discard()
+		uc.Close()
 		return
 	}
 	n.cur = c
@@ -253,12 +255,9 @@ func (n *node) runConn(c *nodeConn) {
 
 // nodeConn is one open of the device. It is safe for concurrent use.
 type nodeConn struct {
-	n *node
-	// fd is the connection's socket, blocking and outside Go's network
-	// poller (see newNodeConn). Only the connection's goroutine reads
-	// from it and closes it (teardown, under mu, setting it to -1);
-	// every other use holds mu and checks it is not -1.
-	fd   int
+	n    *node
+	uc   *net.UnixConn
+	raw  syscall.RawConn
 	pid  int
 	done chan struct{} // closed once the connection is finished (after Closed)
 
@@ -277,55 +276,39 @@ type nodeConn struct {
 	// notification; sentAfterHello: a notification was queued behind it.
 	helloUnread, sentAfterHello bool
 
-	// sendBuf is the notification being sent, guarded by mu.
+	// The raw-socket callbacks and their arguments and results, made
+	// once so that an interrupt or an irqcontrol write costs the
+	// simulated host no allocation (a closure per call escapes to the
+	// heap). send* is guarded by mu; recv* belongs to the connection's
+	// goroutine (readControls).
 	sendBuf [4]byte
+	sendErr error
+	sendFn  func(fd uintptr) bool
+	recvBuf []byte
+	recvN   int
+	recvErr error
+	recvFn  func(fd uintptr) bool
 }
 
-// newNodeConn takes uc's socket out of Go's network poller: it keeps a
-// duplicate of the descriptor, closes uc (which deregisters it) and makes
-// the socket blocking. The poller registers a socket for input and output
-// alike (edge-triggered), and every message the guest reads off its end
-// frees send space here, which wakes the poller for nothing: one thread
-// wake-up per interrupt the guest takes. Outside the poller, the
-// connection's goroutine reads with a blocking recvfrom(2) and wakes only
-// for an irqcontrol write or the end of the stream; sends never block
-// (MSG_DONTWAIT). uc is closed in all cases.
 func newNodeConn(n *node, uc *net.UnixConn) (*nodeConn, error) {
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		uc.Close()
 		return nil, err
 	}
-	fd := -1
-	var cerr error
 	var cred *unix.Ucred
-	if err := raw.Control(func(ufd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(ufd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if cerr != nil {
-			cerr = fmt.Errorf("SO_PEERCRED: %w", cerr)
-			return
-		}
-		fd, cerr = unix.FcntlInt(ufd, unix.F_DUPFD_CLOEXEC, 0)
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		uc.Close()
 		return nil, err
 	}
 	if cerr != nil {
-		uc.Close()
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		return nil, cerr
+		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	if err := uc.Close(); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return &nodeConn{n: n, fd: fd, pid: int(cred.Pid), done: make(chan struct{})}, nil
+	c := &nodeConn{n: n, uc: uc, raw: raw, pid: int(cred.Pid), done: make(chan struct{})}
+	c.sendFn = c.sendRaw
+	c.recvFn = c.recvRaw
+	return c, nil
 }
 
 // PeerPID returns the guest process's pid (SO_PEERCRED at connect time).
@@ -366,8 +349,13 @@ func (c *nodeConn) Notify() {
 // notification may be queued behind it.
 func (c *nodeConn) sendCountLocked(v uint32) {
 	binary.LittleEndian.PutUint32(c.sendBuf[:], v)
-	serr := c.sendRaw()
-	if errors.Is(serr, unix.EAGAIN) {
+	c.sendErr = nil
+	err := c.raw.Write(c.sendFn)
+	serr := c.sendErr
+	switch {
+	case err != nil:
+		serr = err
+	case errors.Is(serr, unix.EAGAIN):
 		serr = nil // full: skip, the next message carries the count
 	}
 	if serr != nil {
@@ -377,36 +365,23 @@ func (c *nodeConn) sendCountLocked(v uint32) {
 	}
 }
 
-// sendRaw is sendCountLocked's socket step, under c.mu. Both calls are raw
-// system calls: neither blocks (sendto with MSG_DONTWAIT on a blocking
-// socket), and a notification costs the simulated host no allocation.
-func (c *nodeConn) sendRaw() error {
-	if c.fd < 0 {
-		return errConnDead
-	}
-	var q int32
-	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(c.fd), unix.SIOCOUTQ, uintptr(unsafe.Pointer(&q))); e != 0 {
-		return fmt.Errorf("SIOCOUTQ: %w", e)
+// sendRaw is sendCountLocked's socket step (c.sendFn), under c.mu.
+func (c *nodeConn) sendRaw(fd uintptr) bool {
+	q, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+	if err != nil {
+		c.sendErr = fmt.Errorf("SIOCOUTQ: %w", err)
+		return true
 	}
 	if q == 0 {
 		c.helloUnread = false
 	} else if !c.helloUnread || c.sentAfterHello {
-		return nil // one is queued already; the count is cumulative
+		return true // one is queued already; the count is cumulative
 	}
-	for {
-		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&c.sendBuf[0])), uintptr(len(c.sendBuf)),
-			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
-		switch e {
-		case 0:
-			if c.helloUnread {
-				c.sentAfterHello = true
-			}
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return e
+	c.sendErr = unix.Sendto(int(fd), c.sendBuf[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+	if c.sendErr == nil && c.helloUnread {
+		c.sentAfterHello = true
 	}
+	return true
 }
 
 // Close drops this guest: it reads EOF and its writes fail; Closed follows
@@ -417,14 +392,12 @@ func (c *nodeConn) Close() {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.dead = true
+	c.mu.Unlock()
 	// shutdown, not close: the guest sees a clean EOF (no ECONNRESET for
 	// messages of its own still queued here), and the reader drains those
-	// and then reads the end of the stream (its blocking recvfrom returns).
-	if c.fd >= 0 {
-		unix.Shutdown(c.fd, unix.SHUT_RDWR)
-	}
+	// and then reads the end of the stream.
+	c.raw.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_RDWR) })
 }
 
 // waitGone waits for a previous connection to finish: without limit if it
@@ -448,19 +421,19 @@ func (c *nodeConn) waitGone(grace time.Duration) bool {
 // hungUp reports whether the stream has ended in either direction: the
 // guest closed or shut down its side, or this side was shut down.
 func (c *nodeConn) hungUp() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.fd < 0 {
-		return true
-	}
-	p := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLRDHUP}}
-	for {
-		k, err := unix.Poll(p, 0)
-		if err == unix.EINTR {
-			continue
+	hup := false
+	c.raw.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		for {
+			k, err := unix.Poll(p, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			hup = err == nil && k > 0 && p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0
+			return
 		}
-		return err == nil && k > 0 && p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0
-	}
+	})
+	return hup
 }
 
 // open runs the open handshake: the optional ring-size message, Open and the
@@ -519,11 +492,11 @@ func (c *nodeConn) sendHello(files []*os.File) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dead || c.fd < 0 {
+	if c.dead {
 		return errConnDead
 	}
 	// The first message on the socket: it cannot find the queue full.
-	_, err := unix.SendmsgN(c.fd, hello[:], oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	_, _, err := c.uc.WriteMsgUnix(hello[:], oob, nil)
 	runtime.KeepAlive(files)
 	if err != nil {
 		return err
@@ -574,9 +547,15 @@ func (c *nodeConn) readControls() {
 // shut down and everything queued has been read. A zero-length message is a
 // violation and is skipped.
 func (c *nodeConn) recv(buf []byte) (m int, eof bool, err error) {
+	c.recvBuf = buf
+	defer func() { c.recvBuf = nil }()
 	for {
-		m, rerr := c.recvRaw(buf)
+		c.recvN, c.recvErr = 0, nil
+		err = c.raw.Read(c.recvFn)
+		m, rerr := c.recvN, c.recvErr
 		switch {
+		case err != nil:
+			return 0, false, err
 		case rerr == unix.ECONNRESET:
 			return 0, true, nil
 		case rerr != nil:
@@ -596,32 +575,26 @@ func (c *nodeConn) recv(buf []byte) (m int, eof bool, err error) {
 	}
 }
 
-// recvRaw is recv's socket step: a blocking recvfrom(2) on the
-// connection's goroutine, the only one that closes c.fd. It calls
-// recvfrom itself: unix.Recvmsg returns the sender's address, which it
-// allocates, and a connected socket's sender is known.
-func (c *nodeConn) recvRaw(buf []byte) (int, error) {
+// recvRaw is recv's socket step (c.recvFn). It calls recvfrom(2) itself:
+// unix.Recvmsg returns the sender's address, which it allocates, and a
+// connected socket's sender is known.
+func (c *nodeConn) recvRaw(fd uintptr) bool {
 	for {
 		// MSG_TRUNC: return the message's real length.
-		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)),
-			unix.MSG_TRUNC, 0, 0)
+		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.recvBuf[0])), uintptr(len(c.recvBuf)),
+			unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
 		switch errno {
 		case 0:
-			return int(n), nil
+			c.recvN = int(n)
+			return true
 		case unix.EINTR:
 			continue
+		case unix.EAGAIN:
+			return false
 		}
-		return 0, errno
+		c.recvErr = errno
+		return true
 	}
-}
-
-// discard closes a connection that was never served (no goroutine reads it).
-func (c *nodeConn) discard() {
-	c.mu.Lock()
-	c.dead = true
-	unix.Close(c.fd)
-	c.fd = -1
-	c.mu.Unlock()
 }
 
 // teardown ends the connection on its goroutine: nothing more is sent, the
@@ -631,9 +604,8 @@ func (c *nodeConn) teardown(opened bool) {
 	c.closing.Store(true)
 	c.mu.Lock()
 	c.dead = true
-	unix.Close(c.fd)
-	c.fd = -1
 	c.mu.Unlock()
+	c.uc.Close()
 	if opened && c.n.cfg.Closed != nil {
 		c.n.cfg.Closed(c)
 	}

@@ -3,7 +3,6 @@ package bus
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -605,7 +604,7 @@ func TestNodeRingSizesArePassedToOpen(t *testing.T) {
 	h := newTestUIOHost(t, testUIOHostOpts{wantRingSizes: true, mapSizes: []int{0x6000 + 0x8000}})
 	g := dialRawUIOGuest(t, h.path)
 	// The host waits for the ring sizes, and has not opened the device.
-	testutil.WaitBlocked(t, 0, "(*nodeConn).open", "syscall")
+	testutil.WaitBlocked(t, 0, "(*nodeConn).open", "IO wait")
 	select {
 	case <-h.opens:
 		t.Fatal("Open called before the ring-size message")
@@ -733,64 +732,4 @@ func TestNodeConcurrentNotify(t *testing.T) {
 	if got := g.readCount(); got != workers*each+1 {
 		t.Errorf("final count %d, want %d", got, workers*each+1)
 	}
-}
-
-// TestNodeSocketOutsideNetpoller: the connection's socket is not in Go's
-// network poller, whose edge-triggered output registration would wake a
-// thread each time the guest reads a notification (newNodeConn).
-func TestNodeSocketOutsideNetpoller(t *testing.T) {
-	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
-	g := dialRawUIOGuest(t, h.path)
-	o := h.waitOpen(t)
-	g.readHello()
-	o.c.mu.Lock()
-	fd := o.c.fd
-	o.c.mu.Unlock()
-	if fd < 0 {
-		t.Fatal("the connection has no socket")
-	}
-	polled := epollTargets(t)
-	if len(polled) == 0 {
-		t.Fatal("no epoll instance with a target found: the check sees nothing")
-	}
-	// The same socket under any descriptor number: compare the inode.
-	var want unix.Stat_t
-	if err := unix.Fstat(fd, &want); err != nil {
-		t.Fatal(err)
-	}
-	for _, tfd := range polled {
-		var st unix.Stat_t
-		if unix.Fstat(tfd, &st) == nil && st.Ino == want.Ino && st.Dev == want.Dev {
-			t.Errorf("the connection's socket (fd %d) is in the network poller as fd %d", fd, tfd)
-		}
-	}
-	h.expectNoViolation(t)
-}
-
-// epollTargets returns the descriptors registered with this process's epoll
-// instances (/proc/self/fdinfo's "tfd:" lines).
-func epollTargets(t *testing.T) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd:", err)
-	}
-	var tfds []int
-	for _, e := range ents {
-		l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err != nil || l != "anon_inode:[eventpoll]" {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			var tfd int
-			if _, err := fmt.Sscanf(line, "tfd: %d", &tfd); err == nil {
-				tfds = append(tfds, tfd)
-			}
-		}
-	}
-	return tfds
 }
