@@ -1,7 +1,6 @@
 package netvsp
 
 import (
-	"encoding/binary"
 	"sync"
 	"testing"
 
@@ -74,25 +73,16 @@ func TestNetVSPAnswersGoOutBeforeTheRestOfThePass(t *testing.T) {
 		t.Fatalf("%d sends need more than the %d send sections", sends, g.secCount)
 	}
 	dst := [6]byte{0x02, 0, 0, 0, 0, 7}
-	var sec []byte
+	var msgs [][]byte
 	for i := range 8 {
-		m := rndisPacket(udpFrame(dst, src, uint16(2000+i), 60), nil)
-		if i < 7 {
-			pad := (len(m) + 7) &^ 7
-			m = append(m, make([]byte, pad-len(m))...)
-			binary.LittleEndian.PutUint32(m[4:], uint32(pad))
-		}
-		sec = append(sec, m...)
+		msgs = append(msgs, rndisPacket(udpFrame(dst, src, uint16(2000+i), 60), nil))
 	}
+	sec := aggregate(msgs)
 	c := g.chs[0]
 	tids := make([]uint64, sends)
 	for i := range sends {
-		idx := g.nextSec % g.secCount
-		g.nextSec++
-		copy(g.send[idx*g.secSize:], sec)
-		m := nvsp.RNDISPacket{ChannelType: nvsp.RMCData, SectionIndex: idx, SectionSize: uint32(len(sec))}
 		tids[i] = g.newTID()
-		if err := c.Send(vmbus.PacketInband, vmbus.FlagCompletionRequested, tids[i], nil, m.Marshal(nil)); err != nil {
+		if err := c.Send(vmbus.PacketInband, vmbus.FlagCompletionRequested, tids[i], nil, g.section(nvsp.RMCData, sec)); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
 	}

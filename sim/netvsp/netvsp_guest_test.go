@@ -329,13 +329,34 @@ func (g *tguest) newRID() uint32 { g.rid++; return g.rid }
 // ch; it returns the send's transaction id.
 func (g *tguest) sendRNDIS(ch int, chType uint32, b []byte) uint64 {
 	g.t.Helper()
+	tid := g.newTID()
+	g.sendPkt(ch, vmbus.PacketInband, vmbus.FlagCompletionRequested, tid, nil, g.section(chType, b))
+	return tid
+}
+
+// section puts RNDIS bytes in the next send section and returns the NVSP
+// message that sends them.
+func (g *tguest) section(chType uint32, b []byte) []byte {
 	idx := g.nextSec % g.secCount
 	g.nextSec++
 	copy(g.send[idx*g.secSize:], b)
-	m := nvsp.RNDISPacket{ChannelType: chType, SectionIndex: idx, SectionSize: uint32(len(b))}
-	tid := g.newTID()
-	g.sendPkt(ch, vmbus.PacketInband, vmbus.FlagCompletionRequested, tid, nil, m.Marshal(nil))
-	return tid
+	return nvsp.RNDISPacket{ChannelType: chType, SectionIndex: idx, SectionSize: uint32(len(b))}.Marshal(nil)
+}
+
+// aggregate packs RNDIS messages into one send section's bytes as DPDK
+// does: each but the last padded to 8 bytes, its MessageLength counting
+// the padding.
+func aggregate(msgs [][]byte) []byte {
+	var sec []byte
+	for i, m := range msgs {
+		if i < len(msgs)-1 {
+			pad := (len(m) + 7) &^ 7
+			m = append(m, make([]byte, pad-len(m))...)
+			binary.LittleEndian.PutUint32(m[4:], uint32(pad))
+		}
+		sec = append(sec, m...)
+	}
+	return sec
 }
 
 // gpaPage is where sendGPA puts its bytes in guest memory.

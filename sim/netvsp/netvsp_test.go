@@ -253,22 +253,15 @@ func TestNetVSPSendBufferAndGPADirectReachThePort(t *testing.T) {
 	dst := [6]byte{0x02, 0, 0, 0, 0, 9}
 	// Eight aggregated packets in one section, each padded to 8 bytes as
 	// DPDK does, each with DPDK's hash-value PPI (the queue id).
-	var sec []byte
-	var want [][]byte
+	var msgs, want [][]byte
 	for i := range 8 {
 		f := udpFrame(dst, src, uint16(2000+i), 60+i)
 		want = append(want, f)
 		var info rndis.PacketInfo
 		info.SetHashValue(0)
-		m := rndisPacket(f, &info)
-		if i < 7 {
-			pad := (len(m) + 7) &^ 7
-			m = append(m, make([]byte, pad-len(m))...)
-			binary.LittleEndian.PutUint32(m[4:], uint32(pad))
-		}
-		sec = append(sec, m...)
+		msgs = append(msgs, rndisPacket(f, &info))
 	}
-	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, sec)); st != nvsp.StatusSuccess {
+	if st := g.sendStatus(0, g.sendRNDIS(0, nvsp.RMCData, aggregate(msgs))); st != nvsp.StatusSuccess {
 		t.Fatalf("section send: %v", st)
 	}
 	// A 3000-byte frame GPA-direct across pages.
