@@ -214,25 +214,24 @@ func (n *node) admit(uc *net.UnixConn) {
 	c, err := newNodeConn(n, uc)
 	if err != nil {
 		n.log.Warn("sim: uio node: accept", "err", err)
-		uc.Close()
 		return
 	}
 	n.mu.Lock()
 	prev, closed := n.cur, n.closed
 	n.mu.Unlock()
 	if closed {
-		uc.Close()
+		c.discard()
 		return
 	}
 	if prev != nil && !prev.waitGone(connectGrace) {
 		n.violation(fmt.Sprintf("second concurrent connect (pid %d) while pid %d has the device open", c.pid, prev.pid))
-		uc.Close()
+		c.discard()
 		return
 	}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		uc.Close()
+		c.discard()
 		return
 	}
 	n.cur = c
@@ -255,11 +254,19 @@ func (n *node) runConn(c *nodeConn) {
 
 // nodeConn is one open of the device. It is safe for concurrent use.
 type nodeConn struct {
-	n    *node
-	uc   *net.UnixConn
-	raw  syscall.RawConn
-	pid  int
-	done chan struct{} // closed once the connection is finished (after Closed)
+	n *node
+	// fd is the connection's socket, non-blocking and outside Go's
+	// network poller (see newNodeConn). Only the connection's goroutine
+	// reads from it and closes it (teardown, under mu, setting it to -1);
+	// every other use holds mu and checks it is not -1.
+	fd int
+	// ep is an epoll instance of the connection's own with fd registered
+	// for input only; it is in Go's poller, and the connection's
+	// goroutine waits on it (epRaw) when fd has nothing to read.
+	ep    *os.File
+	epRaw syscall.RawConn
+	pid   int
+	done  chan struct{} // closed once the connection is finished (after Closed)
 
 	// closing is set when the connection is going away: the host closed
 	// it, or its goroutine is tearing it down.
@@ -276,39 +283,94 @@ type nodeConn struct {
 	// notification; sentAfterHello: a notification was queued behind it.
 	helloUnread, sentAfterHello bool
 
-	// The raw-socket callbacks and their arguments and results, made
-	// once so that an interrupt or an irqcontrol write costs the
-	// simulated host no allocation (a closure per call escapes to the
-	// heap). send* is guarded by mu; recv* belongs to the connection's
-	// goroutine (readControls).
+	// sendBuf is the notification being sent, guarded by mu.
 	sendBuf [4]byte
-	sendErr error
-	sendFn  func(fd uintptr) bool
+	// recv*: recvRaw's callback, its argument and results, made once so
+	// that an irqcontrol write costs no allocation; they belong to the
+	// connection's goroutine.
 	recvBuf []byte
 	recvN   int
 	recvErr error
-	recvFn  func(fd uintptr) bool
+	recvFn  func(uintptr) bool
 }
 
+// newNodeConn takes uc's socket out of Go's network poller: it keeps a
+// duplicate of the descriptor and closes uc (which deregisters it). The
+// poller registers a socket for input and output alike (edge-triggered),
+// and every message the guest reads off its end frees send space here,
+// which woke the poller for nothing: one thread wake-up per interrupt the
+// guest takes. Instead the socket goes into an epoll instance of its own,
+// for input only (EPOLLIN|EPOLLRDHUP), and that instance into Go's poller:
+// it becomes ready only when an irqcontrol write or the end of the stream
+// arrives, and the connection's goroutine still waits as a parked
+// goroutine, not as a thread blocked in a system call (which must win a P
+// back on every wake, and cost hv_sock's many signals dearly). Sends never
+// block (MSG_DONTWAIT). uc is closed in all cases.
 func newNodeConn(n *node, uc *net.UnixConn) (*nodeConn, error) {
 	raw, err := uc.SyscallConn()
 	if err != nil {
+		uc.Close()
 		return nil, err
 	}
-	var cred *unix.Ucred
+	fd := -1
 	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	var cred *unix.Ucred
+	if err := raw.Control(func(ufd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(ufd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cerr != nil {
+			cerr = fmt.Errorf("SO_PEERCRED: %w", cerr)
+			return
+		}
+		fd, cerr = unix.FcntlInt(ufd, unix.F_DUPFD_CLOEXEC, 0)
 	}); err != nil {
+		uc.Close()
 		return nil, err
 	}
 	if cerr != nil {
-		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
+		uc.Close()
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return nil, cerr
 	}
-	c := &nodeConn{n: n, uc: uc, raw: raw, pid: int(cred.Pid), done: make(chan struct{})}
-	c.sendFn = c.sendRaw
-	c.recvFn = c.recvRaw
+	if err := uc.Close(); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ep, err := inputPoller(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	epRaw, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		unix.Close(fd)
+		return nil, err
+	}
+	c := &nodeConn{n: n, fd: fd, ep: ep, epRaw: epRaw, pid: int(cred.Pid), done: make(chan struct{})}
+	c.recvFn = c.recvOnce
 	return c, nil
+}
+
+// inputPoller returns a new epoll instance, in Go's poller, with fd
+// registered for input and the end of the stream only (level-triggered).
+func inputPoller(fd int) (*os.File, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	// Non-blocking, so that os.NewFile puts it in Go's poller.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(epfd), "uio-conn-epoll"), nil
 }
 
 // PeerPID returns the guest process's pid (SO_PEERCRED at connect time).
@@ -349,13 +411,8 @@ func (c *nodeConn) Notify() {
 // notification may be queued behind it.
 func (c *nodeConn) sendCountLocked(v uint32) {
 	binary.LittleEndian.PutUint32(c.sendBuf[:], v)
-	c.sendErr = nil
-	err := c.raw.Write(c.sendFn)
-	serr := c.sendErr
-	switch {
-	case err != nil:
-		serr = err
-	case errors.Is(serr, unix.EAGAIN):
+	serr := c.sendRaw()
+	if errors.Is(serr, unix.EAGAIN) {
 		serr = nil // full: skip, the next message carries the count
 	}
 	if serr != nil {
@@ -365,23 +422,36 @@ func (c *nodeConn) sendCountLocked(v uint32) {
 	}
 }
 
-// sendRaw is sendCountLocked's socket step (c.sendFn), under c.mu.
-func (c *nodeConn) sendRaw(fd uintptr) bool {
-	q, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
-	if err != nil {
-		c.sendErr = fmt.Errorf("SIOCOUTQ: %w", err)
-		return true
+// sendRaw is sendCountLocked's socket step, under c.mu. Both calls are raw
+// system calls: neither blocks (sendto with MSG_DONTWAIT on a blocking
+// socket), and a notification costs the simulated host no allocation.
+func (c *nodeConn) sendRaw() error {
+	if c.fd < 0 {
+		return errConnDead
+	}
+	var q int32
+	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(c.fd), unix.SIOCOUTQ, uintptr(unsafe.Pointer(&q))); e != 0 {
+		return fmt.Errorf("SIOCOUTQ: %w", e)
 	}
 	if q == 0 {
 		c.helloUnread = false
 	} else if !c.helloUnread || c.sentAfterHello {
-		return true // one is queued already; the count is cumulative
+		return nil // one is queued already; the count is cumulative
 	}
-	c.sendErr = unix.Sendto(int(fd), c.sendBuf[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
-	if c.sendErr == nil && c.helloUnread {
-		c.sentAfterHello = true
+	for {
+		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&c.sendBuf[0])), uintptr(len(c.sendBuf)),
+			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			if c.helloUnread {
+				c.sentAfterHello = true
+			}
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return e
 	}
-	return true
 }
 
 // Close drops this guest: it reads EOF and its writes fail; Closed follows
@@ -392,12 +462,14 @@ func (c *nodeConn) Close() {
 		return
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.dead = true
-	c.mu.Unlock()
 	// shutdown, not close: the guest sees a clean EOF (no ECONNRESET for
 	// messages of its own still queued here), and the reader drains those
-	// and then reads the end of the stream.
-	c.raw.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	// and then reads the end of the stream (its epoll instance wakes it).
+	if c.fd >= 0 {
+		unix.Shutdown(c.fd, unix.SHUT_RDWR)
+	}
 }
 
 // waitGone waits for a previous connection to finish: without limit if it
@@ -421,19 +493,19 @@ func (c *nodeConn) waitGone(grace time.Duration) bool {
 // hungUp reports whether the stream has ended in either direction: the
 // guest closed or shut down its side, or this side was shut down.
 func (c *nodeConn) hungUp() bool {
-	hup := false
-	c.raw.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
-		for {
-			k, err := unix.Poll(p, 0)
-			if err == unix.EINTR {
-				continue
-			}
-			hup = err == nil && k > 0 && p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0
-			return
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fd < 0 {
+		return true
+	}
+	p := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLRDHUP}}
+	for {
+		k, err := unix.Poll(p, 0)
+		if err == unix.EINTR {
+			continue
 		}
-	})
-	return hup
+		return err == nil && k > 0 && p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0
+	}
 }
 
 // open runs the open handshake: the optional ring-size message, Open and the
@@ -492,11 +564,11 @@ func (c *nodeConn) sendHello(files []*os.File) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dead {
+	if c.dead || c.fd < 0 {
 		return errConnDead
 	}
 	// The first message on the socket: it cannot find the queue full.
-	_, _, err := c.uc.WriteMsgUnix(hello[:], oob, nil)
+	_, err := unix.SendmsgN(c.fd, hello[:], oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 	runtime.KeepAlive(files)
 	if err != nil {
 		return err
@@ -547,15 +619,9 @@ func (c *nodeConn) readControls() {
 // shut down and everything queued has been read. A zero-length message is a
 // violation and is skipped.
 func (c *nodeConn) recv(buf []byte) (m int, eof bool, err error) {
-	c.recvBuf = buf
-	defer func() { c.recvBuf = nil }()
 	for {
-		c.recvN, c.recvErr = 0, nil
-		err = c.raw.Read(c.recvFn)
-		m, rerr := c.recvN, c.recvErr
+		m, rerr := c.recvRaw(buf)
 		switch {
-		case err != nil:
-			return 0, false, err
 		case rerr == unix.ECONNRESET:
 			return 0, true, nil
 		case rerr != nil:
@@ -575,13 +641,26 @@ func (c *nodeConn) recv(buf []byte) (m int, eof bool, err error) {
 	}
 }
 
-// recvRaw is recv's socket step (c.recvFn). It calls recvfrom(2) itself:
+// recvRaw is recv's socket step, on the connection's goroutine, the only
+// one that closes c.fd: a message, waiting on c.ep while there is none.
+func (c *nodeConn) recvRaw(buf []byte) (int, error) {
+	c.recvBuf = buf
+	defer func() { c.recvBuf = nil }()
+	c.recvN, c.recvErr = 0, nil
+	if err := c.epRaw.Read(c.recvFn); err != nil {
+		return 0, err
+	}
+	return c.recvN, c.recvErr
+}
+
+// recvOnce is recvRaw's callback (c.recvFn): one non-blocking recvfrom(2),
+// false when there is nothing to read. It calls recvfrom itself:
 // unix.Recvmsg returns the sender's address, which it allocates, and a
 // connected socket's sender is known.
-func (c *nodeConn) recvRaw(fd uintptr) bool {
+func (c *nodeConn) recvOnce(uintptr) bool {
 	for {
 		// MSG_TRUNC: return the message's real length.
-		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.recvBuf[0])), uintptr(len(c.recvBuf)),
+		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&c.recvBuf[0])), uintptr(len(c.recvBuf)),
 			unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
 		switch errno {
 		case 0:
@@ -597,6 +676,16 @@ func (c *nodeConn) recvRaw(fd uintptr) bool {
 	}
 }
 
+// discard closes a connection that was never served (no goroutine reads it).
+func (c *nodeConn) discard() {
+	c.mu.Lock()
+	c.dead = true
+	c.ep.Close()
+	unix.Close(c.fd)
+	c.fd = -1
+	c.mu.Unlock()
+}
+
 // teardown ends the connection on its goroutine: nothing more is sent, the
 // socket is closed, Closed runs (if Open succeeded), and the node is free
 // for the next connection.
@@ -604,8 +693,10 @@ func (c *nodeConn) teardown(opened bool) {
 	c.closing.Store(true)
 	c.mu.Lock()
 	c.dead = true
+	c.ep.Close()
+	unix.Close(c.fd)
+	c.fd = -1
 	c.mu.Unlock()
-	c.uc.Close()
 	if opened && c.n.cfg.Closed != nil {
 		c.n.cfg.Closed(c)
 	}

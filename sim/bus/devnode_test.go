@@ -3,11 +3,13 @@ package bus
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -732,4 +734,124 @@ func TestNodeConcurrentNotify(t *testing.T) {
 	if got := g.readCount(); got != workers*each+1 {
 		t.Errorf("final count %d, want %d", got, workers*each+1)
 	}
+}
+
+// TestNodeSocketPolledForInputOnly: no epoll instance of the process
+// watches the connection's socket for output. Go's network poller
+// registers a socket for EPOLLOUT as well (edge-triggered), and every
+// notification the guest reads frees send space, which would wake a
+// poller thread for nothing (newNodeConn). The socket is watched, for
+// input only, by the connection's own epoll instance.
+func TestNodeSocketPolledForInputOnly(t *testing.T) {
+	h := newTestUIOHost(t, testUIOHostOpts{mapSizes: []int{4096}})
+	g := dialRawUIOGuest(t, h.path)
+	o := h.waitOpen(t)
+	g.readHello()
+	fd := hostConnSocket(t, h.path)
+	// The same socket under any descriptor number: compare the inode.
+	var want unix.Stat_t
+	if err := unix.Fstat(fd, &want); err != nil {
+		t.Fatal(err)
+	}
+	watched := false
+	for _, tg := range epollTargets(t) {
+		var st unix.Stat_t
+		if unix.Fstat(tg.fd, &st) != nil || st.Ino != want.Ino || st.Dev != want.Dev {
+			continue
+		}
+		watched = true
+		if tg.events&unix.EPOLLOUT != 0 {
+			t.Errorf("the connection's socket (fd %d) is watched for output as fd %d (events %#x)", fd, tg.fd, tg.events)
+		}
+		if tg.events&unix.EPOLLIN == 0 {
+			t.Errorf("the connection's socket (fd %d) is watched as fd %d without EPOLLIN (events %#x)", fd, tg.fd, tg.events)
+		}
+	}
+	if !watched {
+		t.Error("no epoll instance watches the connection's socket: irqcontrol writes would go unread")
+	}
+	// Notifications still reach the guest, and irqcontrol writes the host.
+	o.c.Notify()
+	if got := g.readCount(); got != 1 {
+		t.Errorf("count %d, want 1", got)
+	}
+	g.sendU32(1)
+	if v := h.waitControl(t); v != 1 {
+		t.Errorf("control %d, want 1", v)
+	}
+	h.expectNoViolation(t)
+}
+
+// hostConnSocket returns a descriptor of the host's end of the one
+// connection to the node at path: the socket named path that is not the
+// listener.
+func hostConnSocket(t *testing.T, path string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	found := -1
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			continue
+		}
+		if ua, ok := sa.(*unix.SockaddrUnix); !ok || ua.Name != path {
+			continue
+		}
+		if acc, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || acc != 0 {
+			continue
+		}
+		if found >= 0 {
+			var a, b unix.Stat_t
+			if unix.Fstat(found, &a) == nil && unix.Fstat(fd, &b) == nil && a.Ino == b.Ino {
+				continue // the same socket under another number
+			}
+			t.Fatalf("two host connection sockets for %s: fds %d and %d", path, found, fd)
+		}
+		found = fd
+	}
+	if found < 0 {
+		t.Fatalf("no host connection socket for %s", path)
+	}
+	return found
+}
+
+// epollTarget is one registration of an epoll instance.
+type epollTarget struct {
+	fd     int
+	events uint32
+}
+
+// epollTargets returns the registrations of this process's epoll instances
+// (/proc/self/fdinfo's "tfd:" lines).
+func epollTargets(t *testing.T) []epollTarget {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	var tgs []epollTarget
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || l != "anon_inode:[eventpoll]" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var tg epollTarget
+			if _, err := fmt.Sscanf(line, "tfd: %d events: %x", &tg.fd, &tg.events); err == nil {
+				tgs = append(tgs, tg)
+			}
+		}
+	}
+	return tgs
 }
