@@ -725,3 +725,80 @@ func TestWaitStatsCount(t *testing.T) {
 		}
 	})
 }
+
+// TestHostCaughtUpKeepsHybridPolling: a transmitter that streamed within
+// loadPollSpan while the host has just completed every send (it owes
+// nothing, txPath.held) is a moment of full load, not its end: a hybrid
+// Wait with no poll budget left polls on, yielding as under load, for
+// one more loadRecheck (txCaughtUp) before it sleeps, rather than
+// sleeping at once on inMu while the transmitter's next burst runs its
+// sections out. Nothing comes meanwhile here, so it then sleeps; a frame
+// ends that sleep.
+func TestHostCaughtUpKeepsHybridPolling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sn, n := openWaitNIC(t, ctx, Config{Mode: Hybrid, PollBudget: time.Nanosecond})
+	q := n.Queues()[0]
+	f := frameTo(n.MAC())
+	pkts := make([]*frame.Packet, 8)
+	for attempt := 1; ; attempt++ {
+		if attempt > 20 {
+			t.Fatal("every Wait ended before it slept")
+		}
+		if q.tx.held() {
+			t.Fatal("the host holds sends; none were made")
+		}
+		before, polled := q.Stats().Waits, q.c.pollNanos.v.Load()
+		yields := 0
+		q.yield = func() { yields++ }
+		woken, stop := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(woken)
+			for !q.w.rxAsleep.Load() {
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.Gosched()
+				}
+			}
+			if k := sn.Deliver([][]byte{f}); k != 1 {
+				t.Errorf("host took %d frames", k)
+			}
+		}()
+		now := nanotime()
+		q.tx.stalled.Store(now) // as a streaming TxBurst
+		q.rx.lastRx.Store(now)  // as a drain that found work
+		err := q.Wait(ctx)
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		if q.Stats().Waits.RxSleeps == before.RxSleeps {
+			// Something else (an indication) ended it while it
+			// polled: try again.
+			close(stop)
+			<-woken
+			frame.PutBurst(pkts[:q.RxBurst(pkts)])
+			continue
+		}
+		<-woken
+		for k := 0; k == 0; {
+			if ctx.Err() != nil {
+				t.Fatal("the frame never came")
+			}
+			if k = q.RxBurst(pkts); k == 0 {
+				runtime.Gosched()
+			}
+			frame.PutBurst(pkts[:k])
+		}
+		// Polling stops at a recheck that finds loadRecheck passed:
+		// whatever the scheduler does, the Wait polled that long
+		// (yields are not counted on: a Wait off its CPU past the
+		// recheck sleeps before its first).
+		if d := time.Duration(q.c.pollNanos.v.Load() - polled); d < time.Duration(loadRecheck) {
+			t.Fatalf("the Wait polled %v (%d yields) before it slept; want at least %v under load",
+				d, yields, time.Duration(loadRecheck))
+		}
+		return
+	}
+}
