@@ -676,7 +676,8 @@ func (c *nodeConn) recvOnce(uintptr) bool {
 	}
 }
 
-// discard closes a connection that was never served (no goroutine reads it).
+// discard closes the connection's descriptors for good: for a connection
+// that was never served (no goroutine reads it), or from teardown.
 func (c *nodeConn) discard() {
 	c.mu.Lock()
 	c.dead = true
@@ -691,12 +692,7 @@ func (c *nodeConn) discard() {
 // for the next connection.
 func (c *nodeConn) teardown(opened bool) {
 	c.closing.Store(true)
-	c.mu.Lock()
-	c.dead = true
-	c.ep.Close()
-	unix.Close(c.fd)
-	c.fd = -1
-	c.mu.Unlock()
+	c.discard()
 	if opened && c.n.cfg.Closed != nil {
 		c.n.cfg.Closed(c)
 	}
