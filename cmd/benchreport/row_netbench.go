@@ -28,8 +28,11 @@ func rateRow() row {
 			"sends 64 UDP flows as fast as the guest takes them; transmit (guest→host): the guest sends as fast as the ring " +
 			"takes frames into a discarding port. Frames counted over the window after a 300 ms warm-up; guest CPU is the " +
 			"netbench process's getrusage over the window. Hybrid (poll while busy, sleep on the interrupt fd when quiet, the " +
-			"default) and busy polling are measured back to back at each point of a run, hybrid first in odd runs and poll first in " +
-			"even ones; the ratio is hybrid ÷ poll, run by run, over the pairs measured in one state of the machine. netbench times " +
+			"default) and busy polling are measured in pairs, back to back at each point: " + strconv.Itoa(ratePairs) + " pairs per point in a run, " +
+			"each of 1 s, the modes' order reversed from pair to pair (hybrid, poll, poll, hybrid, ...) and the first pair's order " +
+			"alternating from run to run, so that neither mode always meets the machine as the other left it. The ratio is the " +
+			"median of hybrid ÷ poll taken pair by pair, over the pairs measured in one state of the machine: this machine's rates " +
+			"drift by tens of percent over seconds, and a pair's two measurements, seconds apart, see the same drift. netbench times " +
 			"a cache line bounced between the two CPUs before and after each measurement (`xcore_ns_before`/`_after` in its " +
 			"records, the fastest of nine batches): on this two-CPU virtual machine that round trip sits near one of two " +
 			"levels for minutes at a time (about 120 ns or 450 ns, by where the hypervisor runs the virtual CPUs) and every " +
@@ -37,7 +40,7 @@ func rateRow() row {
 			"measurement (`other_cpu`, /proc/stat less netbench and the host: 0.01–0.05 of a core when quiet, a core with a " +
 			"build beside it). A pair whose four round trips differ by more than 1.5×, or either of whose measurements shared " +
 			"the CPUs with more than a quarter of a core of other work, compared two machines, not two wait modes: it is left " +
-			"out of the ratio (the Mpps columns keep every run) and the pairs column says how many were compared; when none " +
+			"out of the ratio (the Mpps columns keep every measurement) and the pairs column says how many were compared; when none " +
 			"was, the ratio is over all of them, marked so.",
 		run: runRate}
 }
@@ -143,15 +146,18 @@ func runIdle(ctx context.Context, e *env, s *section) error {
 }
 
 func runRate(ctx context.Context, e *env, s *section) error {
-	dur := "3s"
+	dur, pairs := "1s", strconv.Itoa(ratePairs)
 	if e.quick {
-		dur = "300ms"
+		dur, pairs = "300ms", "1"
 	}
-	// At each point the two modes run back to back; which goes first
-	// alternates from run to run, so that neither always meets the
-	// machine as the other left it.
+	// At each point the two modes run in pairs, back to back (netbench
+	// reverses their order from pair to pair); which goes first alternates
+	// from run to run, so that neither always meets the machine as the
+	// other left it.
 	order := [2]string{"hybrid,poll", "poll,hybrid"}
-	argsOf := func(run int) []string { return []string{"-json", "-dur", dur, "-modes", order[run%2], "rate"} }
+	argsOf := func(run int) []string {
+		return []string{"-json", "-dur", dur, "-pairs", pairs, "-modes", order[run%2], "rate"}
+	}
 	s.ranTimes((e.runs+1)/2, "out/bench/bin/netbench %s", shellArgs(argsOf(0)))
 	if e.runs > 1 {
 		s.ranTimes(e.runs/2, "out/bench/bin/netbench %s", shellArgs(argsOf(1)))
@@ -221,6 +227,12 @@ func runRate(ctx context.Context, e *env, s *section) error {
 	s.table([]string{"direction", "frame B", "hybrid Mpps", "poll Mpps", "hybrid ÷ poll", "pairs compared", "hybrid Gbit/s", "poll Gbit/s", "hybrid guest CPU-s/Mpkt", "poll guest CPU-s/Mpkt"}, rows)
 	return nil
 }
+
+// ratePairs is how many hybrid/poll pairs netbench rate measures at each
+// point in one run. With 1 s measurements a run takes under twice as
+// long as one 3 s pair per point did, and gives the ratio four times the
+// pairs.
+const ratePairs = 4
 
 // machineState is what netbench rate read of the machine around one
 // measurement: the cross-CPU round trip before and after it (ns) and the

@@ -9,7 +9,9 @@
 //
 //	netbench [-dur 3s] [-json] rate|idle|sweep|tapveth|txonly|latency|all ...
 //
-// rate also times a cache line bounced between the first two CPUs before
+// rate measures each wait mode -pairs times per point, back to back in
+// the order A B B A ..., so that hybrid ÷ poll can be taken pair by pair.
+// It also times a cache line bounced between the first two CPUs before
 // and after each measurement (xcore_ns_before/_after): the machine's state,
 // which on a small virtual machine can change the rates more than the wait
 // mode does (see xcore.go); and the CPU the rest of the machine took

@@ -62,6 +62,7 @@ var (
 	pollSpin  = flag.Duration("poll-budget", 0, "latency: the hybrid NIC's poll budget after the last packet (0: netvsc's 50 µs)")
 	rounds    = flag.Int("rounds", 3000, "latency: measured round trips per point")
 	ratePts   = flag.String("points", "rx/64,rx/1514,tx/64,tx/1514", "rate: the direction/frame-size points to measure")
+	ratePairs = flag.Int("pairs", 1, "rate: measurements of each wait mode per point, back to back, the modes' order reversed every other time (A B B A ...)")
 	busyPolls = flag.String("busy-poll", "0", "latency: the NIC's busy-poll budgets to measure each wait mode with (comma-separated durations; 0: off)")
 )
 
@@ -423,12 +424,24 @@ func testRate() error {
 		if (dir != "rx" && dir != "tx") || err != nil || size < 60 {
 			return fmt.Errorf("rate point %q: want rx/<size> or tx/<size>", pt)
 		}
+		var ms []netvsc.Mode
 		for _, mode := range modeList() {
-			if mode == netvsc.Interrupt {
-				continue
+			if mode != netvsc.Interrupt {
+				ms = append(ms, mode)
 			}
-			if err := ratePoint(dir, size, mode); err != nil {
-				return err
+		}
+		// A point's measurements run back to back and in the order
+		// A B B A A B ...: the machine drifts over seconds, and this way
+		// neither mode always meets it as the other left it.
+		for r := range max(*ratePairs, 1) {
+			for i := range ms {
+				mode := ms[i]
+				if r%2 == 1 {
+					mode = ms[len(ms)-1-i]
+				}
+				if err := ratePoint(dir, size, mode); err != nil {
+					return err
+				}
 			}
 		}
 	}
