@@ -242,11 +242,11 @@ func TestParsePingAndIperf3(t *testing.T) {
 	if _, _, err := parsePing("PING x\n"); err == nil {
 		t.Error("no replies gave a latency")
 	}
-	gbps, retr, err := parseIperf3(readTestdata(t, "iperf3.json"))
-	if err != nil || gbps <= 0 || retr < 0 {
-		t.Errorf("iperf3 %v Gbit/s %v retransmits err %v", gbps, retr, err)
+	r, err := parseIperf3(readTestdata(t, "iperf3.json"))
+	if err != nil || !near(r.gbps, 0.5213282594459211) || r.retr < 0 || r.rttUS != 8788 || r.cc != "bbr" {
+		t.Errorf("iperf3 %+v, want 0.5213 Gbit/s, mean RTT 8788 µs, bbr; err %v", r, err)
 	}
-	if _, _, err := parseIperf3(`{"error": "unable to connect to server"}`); err == nil || !strings.Contains(err.Error(), "unable to connect") {
+	if _, err := parseIperf3(`{"error": "unable to connect to server"}`); err == nil || !strings.Contains(err.Error(), "unable to connect") {
 		t.Errorf("err %v", err)
 	}
 }

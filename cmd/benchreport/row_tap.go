@@ -24,7 +24,11 @@ func tapRow() row {
 			"with one `[[nic]]` entry `attach = \"tap\"`, `netns = GUESTNS`, `address = \"10.77.1.2/24\"` and nothing else set: " +
 			"the daemon's default configuration, as a user gets it. The anchor: a veth pair between the same namespaces " +
 			"(10.77.2.1 ↔ 10.77.2.2). Per run and per path, from the guest namespace to the host namespace: `iperf3 -c -t T -J` " +
-			"(one TCP stream; received bits/s and retransmits from its JSON), `ping -c N -i 0.01` (p50/p99 of its `time=` values), " +
+			"(one TCP stream; received bits/s, retransmits and the sender's mean smoothed RTT over the transfer from its JSON) with " +
+			"the kernel's default congestion control (named in the column heading) and, when that is not CUBIC, once more with " +
+			"`-C cubic`: the two behave very differently on both paths, BBR pacing at the rate it has measured and CUBIC filling " +
+			"whatever queue the path has (a CUBIC flow over the veth pair moves between about 10 and 30–45 Gbit/s from run to " +
+			"run here); `ping -c N -i 0.01` (p50/p99 of its `time=` values), " +
 			"and a TCP request/response test in the style of netperf's TCP_RR (`benchreport rr-client`: one byte each way, " +
 			"TCP_NODELAY, one connection, 100 warm-up rounds, p50/p99 of the round trips). Ratios are TAP ÷ veth, run by run. " +
 			"The daemon's CPU is its process's `/proc` time, idle (NIC attached, no traffic) and over each iperf3 transfer; " +
@@ -97,7 +101,11 @@ func runTap(ctx context.Context, e *env, s *section) error {
 	idleEl := time.Since(t0).Seconds()
 	idleRSS, _ := procRSS(t.daemonPid)
 
-	type pathRuns struct{ gbps, retr, pingP50, pingP99, rrP50, rrP99, dCPU, hCPU, rss runs }
+	defaultCC, alsoCubic := congestionControls()
+	if iperfErr == nil && alsoCubic {
+		s.ran("ip netns exec GUESTNS iperf3 -c ADDR -p PORT -t %d -J -C cubic", secs)
+	}
+	type pathRuns struct{ gbps, retr, rtt, cubic, pingP50, pingP99, rrP50, rrP99, dCPU, hCPU, rss runs }
 	res := make([]pathRuns, len(tapPaths))
 	for run := range e.runs {
 		for i, p := range tapPaths {
@@ -109,20 +117,33 @@ func runTap(ctx context.Context, e *env, s *section) error {
 				d0, _ := procCPU(t.daemonPid)
 				s0, _ := procCPU(t.simPid)
 				a := time.Now()
-				gbps, retr, err := t.iperf(ctx, p, secs, tag)
+				r, err := t.iperf(ctx, p, secs, tag, "")
 				el := time.Since(a).Seconds()
 				d1, _ := procCPU(t.daemonPid)
 				s1, _ := procCPU(t.simPid)
 				if err != nil {
 					s.fail("iperf3 %s run %d: %v", p.name, run+1, err)
 				} else {
-					res[i].gbps = append(res[i].gbps, gbps)
-					res[i].retr = append(res[i].retr, retr)
+					res[i].gbps = append(res[i].gbps, r.gbps)
+					res[i].retr = append(res[i].retr, r.retr)
+					if r.cc != "" {
+						defaultCC = r.cc // what the sender used
+					}
+					if r.rttUS > 0 {
+						res[i].rtt = append(res[i].rtt, r.rttUS)
+					}
 					if i == 0 {
 						res[i].dCPU = append(res[i].dCPU, (d1-d0)/el)
 						res[i].hCPU = append(res[i].hCPU, (s1-s0)/el)
 						rss, _ := procRSS(t.daemonPid)
 						res[i].rss = append(res[i].rss, rss)
+					}
+				}
+				if alsoCubic {
+					if r, err := t.iperf(ctx, p, secs, tag+"-cubic", "cubic"); err != nil {
+						s.fail("iperf3 -C cubic %s run %d: %v", p.name, run+1, err)
+					} else {
+						res[i].cubic = append(res[i].cubic, r.gbps)
 					}
 				}
 			}
@@ -145,19 +166,27 @@ func runTap(ctx context.Context, e *env, s *section) error {
 	us := func(r runs) string { return r.cell(sig3) }
 	var rows [][]string
 	for i, p := range tapPaths {
-		rows = append(rows, []string{p.name, gb(res[i].gbps), res[i].retr.cell(intf), us(res[i].pingP50), us(res[i].pingP99), us(res[i].rrP50), us(res[i].rrP99)})
+		rows = append(rows, []string{p.name, gb(res[i].gbps), res[i].retr.cell(intf), us(res[i].rtt), gb(res[i].cubic),
+			us(res[i].pingP50), us(res[i].pingP99), us(res[i].rrP50), us(res[i].rrP99)})
 	}
 	tp, vp := res[0], res[1]
-	rows = append(rows, []string{"TAP ÷ veth", ratios(tp.gbps, vp.gbps).cell(times), "", ratios(tp.pingP50, vp.pingP50).cell(times),
-		ratios(tp.pingP99, vp.pingP99).cell(times), ratios(tp.rrP50, vp.rrP50).cell(times), ratios(tp.rrP99, vp.rrP99).cell(times)})
-	tcpHead := fmt.Sprintf("iperf3 TCP Gbit/s (%d s, 1 stream)", secs)
+	rows = append(rows, []string{"TAP ÷ veth", ratios(tp.gbps, vp.gbps).cell(times), "", ratios(tp.rtt, vp.rtt).cell(times), ratios(tp.cubic, vp.cubic).cell(times),
+		ratios(tp.pingP50, vp.pingP50).cell(times), ratios(tp.pingP99, vp.pingP99).cell(times), ratios(tp.rrP50, vp.rrP50).cell(times), ratios(tp.rrP99, vp.rrP99).cell(times)})
+	tcpHead := fmt.Sprintf("iperf3 TCP Gbit/s (%d s, 1 stream, %s: the kernel's default)", secs, defaultCC)
+	cubicHead := "iperf3 TCP Gbit/s, CUBIC"
+	if !alsoCubic {
+		cubicHead += " (the default: as the first column)"
+	}
 	if iperfErr != nil {
 		tcpHead = "iperf3 TCP Gbit/s (skipped: iperf3 not installed)"
 		s.fail("iperf3: skipped: not installed")
 	}
-	s.table([]string{"path", tcpHead, "iperf3 retransmits", "ping p50 µs", "ping p99 µs", "TCP RR p50 µs", "TCP RR p99 µs"}, rows)
+	s.table([]string{"path", tcpHead, "iperf3 retransmits", "iperf3 sender's mean RTT µs", cubicHead, "ping p50 µs", "ping p99 µs", "TCP RR p50 µs", "TCP RR p99 µs"}, rows)
 	if len(tp.gbps) > 0 {
 		s.sum("TCP through the TAP attachment (iperf3, default config) vs veth, Gbit/s", sig3(tp.gbps.median()), sig3(vp.gbps.median()), ratios(tp.gbps, vp.gbps).cell(times))
+	}
+	if len(tp.cubic) > 0 {
+		s.sum("TCP through the TAP attachment (iperf3 -C cubic) vs veth, Gbit/s", sig3(tp.cubic.median()), sig3(vp.cubic.median()), ratios(tp.cubic, vp.cubic).cell(times))
 	}
 	if len(tp.pingP50) > 0 {
 		s.sum("ping round trip p50 through the TAP attachment vs veth, µs", sig3(tp.pingP50.median()), sig3(vp.pingP50.median()), ratios(tp.pingP50, vp.pingP50).cell(times))
@@ -352,41 +381,83 @@ func (t *tapSetup) down() {
 	}
 }
 
-// iperf runs one iperf3 client and returns received Gbit/s and
-// retransmits.
-func (t *tapSetup) iperf(ctx context.Context, p tapPath, secs int, tag string) (float64, float64, error) {
+// iperf runs one iperf3 client, with congestion control cc when not
+// empty.
+func (t *tapSetup) iperf(ctx context.Context, p tapPath, secs int, tag, cc string) (iperfResult, error) {
+	argv := []string{"iperf3", "-c", p.server, "-p", p.port, "-t", strconv.Itoa(secs), "-J"}
+	if cc != "" {
+		argv = append(argv, "-C", cc)
+	}
 	out, err := t.e.output(ctx, time.Duration(secs)*time.Second+2*time.Minute, filepath.Join(t.e.logDir("tap"), "iperf3-"+tag), nil,
-		"ip", ipNetns(t.gns, "iperf3", "-c", p.server, "-p", p.port, "-t", strconv.Itoa(secs), "-J")...)
+		"ip", ipNetns(t.gns, argv...)...)
 	if err != nil {
-		return 0, 0, err
+		return iperfResult{}, err
 	}
 	return parseIperf3(out)
 }
 
-// parseIperf3 reads end.sum_received.bits_per_second and
-// end.sum_sent.retransmits of iperf3's JSON.
-func parseIperf3(out string) (float64, float64, error) {
+// congestionControls returns the kernel's default TCP congestion control
+// and whether iperf3 should also be run with CUBIC (the default is
+// something else and the kernel has CUBIC).
+func congestionControls() (string, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return "unknown congestion control", false
+	}
+	def := strings.TrimSpace(string(b))
+	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	return def, def != "cubic" && slices.Contains(strings.Fields(string(avail)), "cubic")
+}
+
+// iperfResult is what the TAP row reads of an iperf3 client's JSON.
+type iperfResult struct {
+	gbps, retr float64
+	rttUS      float64 // the sender's mean smoothed RTT, averaged over the streams; 0 when absent
+	cc         string  // the sender's congestion control
+}
+
+// parseIperf3 reads end.sum_received.bits_per_second,
+// end.sum_sent.retransmits, end.streams[].sender.mean_rtt and
+// end.sender_tcp_congestion of iperf3's JSON.
+func parseIperf3(out string) (iperfResult, error) {
 	var r struct {
 		End struct {
+			Streams []struct {
+				Sender struct {
+					MeanRTT float64 `json:"mean_rtt"`
+				} `json:"sender"`
+			} `json:"streams"`
 			SumSent struct {
 				Retransmits float64 `json:"retransmits"`
 			} `json:"sum_sent"`
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
+			CC string `json:"sender_tcp_congestion"`
 		} `json:"end"`
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return 0, 0, notUnderstood("iperf3 -J: %v", err)
+		return iperfResult{}, notUnderstood("iperf3 -J: %v", err)
 	}
 	if r.Error != "" {
-		return 0, 0, fmt.Errorf("iperf3: %s", r.Error)
+		return iperfResult{}, fmt.Errorf("iperf3: %s", r.Error)
 	}
 	if r.End.SumReceived.BitsPerSecond <= 0 {
-		return 0, 0, notUnderstood("iperf3 -J has no end.sum_received.bits_per_second")
+		return iperfResult{}, notUnderstood("iperf3 -J has no end.sum_received.bits_per_second")
 	}
-	return r.End.SumReceived.BitsPerSecond / 1e9, r.End.SumSent.Retransmits, nil
+	res := iperfResult{gbps: r.End.SumReceived.BitsPerSecond / 1e9, retr: r.End.SumSent.Retransmits, cc: r.End.CC}
+	var n float64
+	for _, st := range r.End.Streams {
+		if st.Sender.MeanRTT > 0 {
+			res.rttUS += st.Sender.MeanRTT
+			n++
+		}
+	}
+	if n > 0 {
+		res.rttUS /= n
+	}
+	return res, nil
 }
 
 func (t *tapSetup) ping(ctx context.Context, p tapPath, n int, tag string) (float64, float64, error) {
