@@ -174,8 +174,11 @@ func runTap(ctx context.Context, e *env, s *section) error {
 		ratios(tp.pingP50, vp.pingP50).cell(times), ratios(tp.pingP99, vp.pingP99).cell(times), ratios(tp.rrP50, vp.rrP50).cell(times), ratios(tp.rrP99, vp.rrP99).cell(times)})
 	tcpHead := fmt.Sprintf("iperf3 TCP Gbit/s (%d s, 1 stream, %s: the kernel's default)", secs, defaultCC)
 	cubicHead := "iperf3 TCP Gbit/s, CUBIC"
-	if !alsoCubic {
+	switch {
+	case defaultCC == "cubic":
 		cubicHead += " (the default: as the first column)"
+	case !alsoCubic:
+		cubicHead += " (not run: the kernel has no CUBIC)"
 	}
 	if iperfErr != nil {
 		tcpHead = "iperf3 TCP Gbit/s (skipped: iperf3 not installed)"
