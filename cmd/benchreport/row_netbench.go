@@ -26,7 +26,9 @@ func rateRow() row {
 	return row{id: "rate", title: "Hybrid waiting vs busy polling under full load",
 		how: "`netbench rate`: one queue, a simulated host in a child process. Receive (host→guest): the host's generator " +
 			"sends 64 UDP flows as fast as the guest takes them; transmit (guest→host): the guest sends as fast as the ring " +
-			"takes frames into a discarding port. Frames counted over the window after a 300 ms warm-up; guest CPU is the " +
+			"takes frames into a discarding port. Frames counted over the window after a 300 ms warm-up (and each netbench " +
+			"process first makes one measurement it does not report: the first came out about 12 % slower than the rest, " +
+			"whichever mode it was); guest CPU is the " +
 			"netbench process's getrusage over the window. Hybrid (poll while busy, sleep on the interrupt fd when quiet, the " +
 			"default) and busy polling are measured in pairs, back to back at each point: " + strconv.Itoa(ratePairs) + " pairs per point in a run, " +
 			"each of 1 s, the modes' order reversed from pair to pair (hybrid, poll, poll, hybrid, ...) and the first pair's order " +
