@@ -377,8 +377,11 @@ func (q *Queue) TxBurst(pkts []*frame.Packet) int {
 		// them. Wake it now to poll them in (its wake-up overlaps the
 		// sends still to come), unless the host's last work is too
 		// old for it to poll (wait.go loadPollSpan): it would only
-		// sleep again.
-		if q.s.cfg.Mode == Hybrid && now-q.rx.lastRx.Load() < loadPollSpan &&
+		// sleep again. rxAsleep is loaded before the swap: a failed
+		// compare-and-swap still takes its line for writing, once per
+		// streaming burst, from the receive loop that reads that line.
+		if q.s.cfg.Mode == Hybrid && q.w.rxAsleep.Load() &&
+			now-q.rx.lastRx.Load() < loadPollSpan &&
 			q.w.rxAsleep.CompareAndSwap(true, false) {
 			q.c.rxKicked.incShared()
 			q.w.kickRx()

@@ -13,13 +13,16 @@ import (
 // (Wait, WaitTx) that Close, Reconfigure or the VF cancel, and the
 // channel a transmit waiter blocks on while someone else drains.
 //
-// mu guards ctx and interrupted; it is a leaf lock (taken under inMu by a
-// sleeper, under txMu by TxBurst's kickRx, alone by interrupt and kick).
+// mu guards ctx and the setting of interrupted; it is a leaf lock (taken
+// under inMu by a sleeper, under txMu by TxBurst's kickRx, alone by
+// interrupt and kick). interrupted is read without it: the polling loops
+// of Wait and WaitTx check it every few dozen polls, and a mutex there
+// would be a store to a line the queue's other goroutine locks too.
 // txWaiting and rxAsleep are atomic and txWake immutable after newQueue.
 type waiter struct {
 	mu          sync.Mutex
-	ctx         [2]waitCtx // by role: 0 Wait, 1 WaitTx
-	interrupted error      // why the queue stopped for good; nil while it runs
+	ctx         [2]waitCtx            // by role: 0 Wait, 1 WaitTx
+	interrupted atomic.Pointer[error] // why the queue stopped for good; nil while it runs
 
 	txWaiting atomic.Bool // a WaitTx waits on txWake
 	// rxAsleep: a Wait sleeps on the ring (its context taken); a TxBurst
@@ -63,8 +66,8 @@ type waitCtx struct {
 func (w *waiter) context(parent context.Context, role int) (context.Context, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.interrupted != nil {
-		return nil, w.interrupted
+	if err := w.err(); err != nil {
+		return nil, err
 	}
 	c := &w.ctx[role]
 	if c.parent == parent && c.ctx != nil && c.ctx.Err() == nil {
@@ -78,11 +81,12 @@ func (w *waiter) context(parent context.Context, role int) (context.Context, err
 	return c.ctx, nil
 }
 
-// err returns why the queue was interrupted, or nil.
+// err returns why the queue was interrupted, or nil. Lock-free.
 func (w *waiter) err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.interrupted
+	if p := w.interrupted.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // kick ends the sleeps in progress; the next sleep makes a new context.
@@ -108,8 +112,8 @@ func (w *waiter) kickRx() {
 // interrupt wakes sleepers for good: their next sleep returns err.
 func (w *waiter) interrupt(err error) {
 	w.mu.Lock()
-	if w.interrupted == nil {
-		w.interrupted = err
+	if w.interrupted.Load() == nil {
+		w.interrupted.Store(&err)
 	}
 	for i := range w.ctx {
 		if w.ctx[i].cancel != nil {

@@ -53,6 +53,29 @@ func ratios(a, b runs) runs {
 	return out
 }
 
+// pooledCell writes a's sum over b's, for figures measured in pairs
+// (a[i] beside b[i]), with the range of the pairs' own ratios: "r
+// [min–max]", or "–" when there is no pair. Over many pairs whose
+// ratios scatter widely from measurement to measurement, the ratio of
+// the sums varies less from report to report than their median.
+func pooledCell(a, b runs, f func(float64) string) string {
+	r := ratios(a, b)
+	var sa, sb float64
+	for i := range min(len(a), len(b)) {
+		if b[i] != 0 {
+			sa, sb = sa+a[i], sb+b[i]
+		}
+	}
+	if len(r) == 0 || sb == 0 {
+		return "–"
+	}
+	m := f(sa / sb)
+	if len(r) == 1 {
+		return m
+	}
+	return m + " [" + f(r.min()) + "–" + f(r.max()) + "]"
+}
+
 // ratioOfMedians divides a's median by b's, for figures that were not
 // measured in pairs.
 func ratioOfMedians(a, b runs) runs {

@@ -29,6 +29,24 @@ func TestRuns(t *testing.T) {
 	}
 }
 
+func TestPooledCell(t *testing.T) {
+	for _, tc := range []struct {
+		a, b runs
+		want string
+	}{
+		// Sums 9 and 12 (the pair with b = 0 is left out); the
+		// pairs' ratios 0.5, 1 and 0.667 give the range.
+		{runs{1, 4, 4, 7}, runs{2, 4, 6, 0}, "0.75× [0.5×–1.00×]"},
+		{runs{3}, runs{2}, "1.50×"},
+		{runs{1}, runs{0}, "–"},
+		{nil, nil, "–"},
+	} {
+		if got := pooledCell(tc.a, tc.b, times); got != tc.want {
+			t.Errorf("pooledCell(%v, %v) = %q, want %q", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
 func TestRatios(t *testing.T) {
 	r := ratios(runs{2, 6, 1}, runs{1, 3, 0})
 	if len(r) != 2 || r[0] != 2 || r[1] != 2 {
