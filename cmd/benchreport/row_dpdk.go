@@ -29,10 +29,14 @@ func dpdkRow() row {
 			"between the first and the last once-a-second statistics block with traffic, over the time between them; its " +
 			"CPU is `utime+stime` of the `dpdk-testpmd` process (all threads) from `/proc/<pid>/stat`, read when each block " +
 			"appears, over the same window. **vmbusd**: `netbench txonly -root R` drives the same host's NIC with " +
-			"`netvsc.Config{Queues: <queues>}` (defaults otherwise: hybrid waiting) and `-workers 1`: one goroutine serves every " +
+			"`netvsc.Config{Queues: <queues>}` (defaults otherwise: hybrid waiting), `-workers 1` and `-rx=false`: one goroutine serves every " +
 			"queue in turn, as testpmd's one forwarding lcore does (a goroutine per queue would compete for this machine's two " +
 			"cores with the simulated host's per-channel threads, which a real host does not), calling " +
-			"`AllocBurst`/`TxBurst` with 32 frames per queue as fast as the rings take them, and reports frames accepted per second and " +
+			"`AllocBurst`/`TxBurst` with 32 frames per queue as fast as the rings take them, and no goroutine polls a receive " +
+			"queue, as testpmd's txonly polls none: `TxBurst` and `WaitTx` reap the host's send completions themselves. The same " +
+			"netbench with `-rx=true` (a hybrid `Wait`/`RxBurst` loop per queue beside the transmitter, as an application that " +
+			"also receives runs) is measured third, against a fresh host, and shown in its own columns: on these two cores those loops take " +
+			"CPU from the transmitter and the host. netbench reports frames accepted per second and " +
 			"process CPU (getrusage) over a window after a 300 ms warm-up. The host's CPU is its process's `/proc` time " +
 			"over the same windows. Rate ratio and CPU ratio are vmbusd ÷ DPDK, run by run; DPDK counts frames its ring " +
 			"refused as dropped and does not retry them, vmbusd waits for ring space; both count only frames the driver " +
@@ -82,9 +86,9 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 		points, secs, dur = []txPoint{{64, 1}, {1024, 2}}, 9, 2*time.Second
 	}
 	s.ran(`OUT=DIR R=/dev/shm/… FWD=txonly TXPKTS=<frame> QUEUES=<queues> HOST_CMD='exec out/bench/bin/vmbusd sim --root "$R" --abs-links --test 0 --nic 1 --port sink --memory proc' ../shared/tools/dpdk-guest/run.sh %d`, secs)
-	s.ran("out/bench/bin/vmbusd sim --root R --abs-links --test 0 --nic 1 --port sink --memory proc & out/bench/bin/netbench -json -root R -host-pid PID -queues <queues> -workers 1 -size <frame> -dur %s txonly", dur)
+	s.ran("out/bench/bin/vmbusd sim --root R --abs-links --test 0 --nic 1 --port sink --memory proc & out/bench/bin/netbench -json -root R -host-pid PID -queues <queues> -workers 1 -rx=<false, then true> -size <frame> -dur %s txonly", dur)
 
-	type result struct{ dpdk, vm []txMeasure }
+	type result struct{ dpdk, vm, vmRx []txMeasure }
 	res := map[txPoint]*result{}
 	for _, p := range points {
 		res[p] = &result{}
@@ -99,14 +103,19 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 			if derr != nil {
 				s.fail("testpmd txonly %d B, %d queue(s), run %d: %v", p.size, p.queues, run+1, derr)
 			}
-			v, verr := netbenchTx(ctx, e, vm, nb, p, dur, name)
+			v, verr := netbenchTx(ctx, e, vm, nb, p, dur, false, name)
 			if verr != nil {
 				s.fail("netbench txonly %d B, %d queue(s), run %d: %v", p.size, p.queues, run+1, verr)
 			}
-			e.progress("  %s: vmbusd %.3g pps (%v), DPDK %.3g pps (%v)", name, v.pps, verr, d.pps, derr)
-			if derr == nil && verr == nil {
+			vr, rerr := netbenchTx(ctx, e, vm, nb, p, dur, true, name+"-rx")
+			if rerr != nil {
+				s.fail("netbench txonly -rx %d B, %d queue(s), run %d: %v", p.size, p.queues, run+1, rerr)
+			}
+			e.progress("  %s: vmbusd %.3g pps (%v), with receive loops %.3g pps (%v), DPDK %.3g pps (%v)", name, v.pps, verr, vr.pps, rerr, d.pps, derr)
+			if derr == nil && verr == nil && rerr == nil {
 				res[p].dpdk = append(res[p].dpdk, d)
 				res[p].vm = append(res[p].vm, v)
+				res[p].vmRx = append(res[p].vmRx, vr)
 			}
 		}
 	}
@@ -114,10 +123,10 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 	measured := 0
 	for _, p := range points {
 		r := res[p]
-		var vp, dp, vc, dc, vh, dh, vg, dg runs
+		var vp, dp, vc, dc, vh, dh, vg, dg, rp runs
 		vv, dv := 0, 0
 		for i := range r.vm {
-			vp, dp = append(vp, r.vm[i].pps), append(dp, r.dpdk[i].pps)
+			vp, dp, rp = append(vp, r.vm[i].pps), append(dp, r.dpdk[i].pps), append(rp, r.vmRx[i].pps)
 			vc, dc = append(vc, r.vm[i].cpuPerM), append(dc, r.dpdk[i].cpuPerM)
 			vh, dh = append(vh, r.vm[i].hostCPUPerM), append(dh, r.dpdk[i].hostCPUPerM)
 			if r.vm[i].gpaShare >= 0 {
@@ -136,6 +145,7 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 		}
 		rows = append(rows, []string{strconv.Itoa(p.size), strconv.Itoa(p.queues),
 			vp.cell(scaled(1e6)), dp.cell(scaled(1e6)), ratios(vp, dp).cell(times),
+			rp.cell(scaled(1e6)), ratios(rp, dp).cell(times),
 			vc.cell(sig3), dc.cell(sig3), ratios(vc, dc).cell(times),
 			vh.cell(sig3), dh.cell(sig3), vg.cell(pct) + " / " + dg.cell(pct), viol})
 		if len(vp) > 0 {
@@ -148,7 +158,8 @@ func runDPDK(ctx context.Context, e *env, s *section) error {
 	if measured == 0 {
 		return fmt.Errorf("no measurement succeeded: %s", strings.Join(s.failures, "; "))
 	}
-	s.table([]string{"frame B", "queues", "vmbusd Mpps", "DPDK Mpps", "rate vmbusd ÷ DPDK", "vmbusd guest CPU-s/Mpkt", "DPDK guest CPU-s/Mpkt",
+	s.table([]string{"frame B", "queues", "vmbusd Mpps", "DPDK Mpps", "rate vmbusd ÷ DPDK",
+		"vmbusd Mpps, receive loops running", "rate with receive loops ÷ DPDK", "vmbusd guest CPU-s/Mpkt", "DPDK guest CPU-s/Mpkt",
 		"CPU vmbusd ÷ DPDK", "host CPU-s/Mpkt (vmbusd)", "host CPU-s/Mpkt (DPDK)", "GPA-direct sends vmbusd / DPDK", "host-counted violations vmbusd / DPDK"}, rows)
 	return nil
 }
@@ -346,8 +357,9 @@ func hostViolations(out string) (int, bool) {
 	return v, err == nil
 }
 
-// netbenchTx runs netbench txonly once against a fresh `vmbusd sim`.
-func netbenchTx(ctx context.Context, e *env, vmbusd, netbench string, p txPoint, dur time.Duration, name string) (txMeasure, error) {
+// netbenchTx runs netbench txonly once against a fresh `vmbusd sim`, with
+// a receive loop per queue when rx is set.
+func netbenchTx(ctx context.Context, e *env, vmbusd, netbench string, p txPoint, dur time.Duration, rx bool, name string) (txMeasure, error) {
 	dir := e.freshLogDir("dpdk-netvsc", "vmbusd-"+name)
 	root := fmt.Sprintf("/dev/shm/benchreport-%d-netbench", os.Getpid())
 	os.RemoveAll(root)
@@ -361,7 +373,7 @@ func netbenchTx(ctx context.Context, e *env, vmbusd, netbench string, p txPoint,
 		return txMeasure{}, fmt.Errorf("vmbusd sim: %v: %s", err, tail(sim.err.text(), 300))
 	}
 	out, err := e.output(ctx, dur+2*time.Minute, filepath.Join(dir, "netbench"), nil, netbench, "-json", "-root", root, "-host-pid", strconv.Itoa(sim.pid()),
-		"-queues", strconv.Itoa(p.queues), "-workers", "1", "-size", strconv.Itoa(p.size), "-dur", dur.String(), "txonly")
+		"-queues", strconv.Itoa(p.queues), "-workers", "1", "-rx="+strconv.FormatBool(rx), "-size", strconv.Itoa(p.size), "-dur", dur.String(), "txonly")
 	if err != nil {
 		return txMeasure{}, err
 	}

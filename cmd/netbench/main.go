@@ -40,6 +40,7 @@ var (
 	dur       = flag.Duration("dur", 3*time.Second, "measurement time per point")
 	asJSON    = flag.Bool("json", false, "print results as JSON lines")
 	queues    = flag.Int("queues", 1, "queues for the rate test")
+	txRx      = flag.Bool("rx", true, "txonly: run a receive loop (RxBurst/Wait) per queue; false: none, as testpmd's txonly polls no receive queue (TxBurst and WaitTx reap the host's completions themselves)")
 	workers   = flag.Int("workers", 0, "txonly: goroutines transmitting, each serving its share of the queues (0: one per queue; 1: one for all, like testpmd with one forwarding lcore)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the guest side")
 	traceOut  = flag.String("trace", "", "write an execution trace of the guest side (go tool trace: scheduler latency)")

@@ -59,7 +59,10 @@ func testTxOnly() error {
 
 	var count, rxc atomic.Uint64
 	ctx, cancel = context.WithCancel(context.Background())
-	rx := rxLoop(ctx, n, &rxc)
+	rx := &sync.WaitGroup{}
+	if *txRx {
+		rx = rxLoop(ctx, n, &rxc)
+	}
 	var wg sync.WaitGroup
 	qs := n.Queues()
 	w := *workers
