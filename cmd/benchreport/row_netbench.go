@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -45,10 +44,12 @@ func rateRow() row {
 			"levels for minutes at a time (about 120 ns or 450 ns, by where the hypervisor runs the virtual CPUs) and every " +
 			"rate here moves with it, by up to 1.7×; it also reports the CPU the rest of the machine took during each " +
 			"measurement (`other_cpu`, /proc/stat less netbench and the host: 0.01–0.05 of a core when quiet, a core with a " +
-			"build beside it). A pair whose four round trips differ by more than 1.5×, or either of whose measurements shared " +
+			"build beside it). A pair whose four round trips do not all sit at one level (the fast one: below 250 ns; the slow " +
+			"one: 250–750 ns; readings of the fast level spread from about 85 to 170 ns), or either of whose measurements shared " +
 			"the CPUs with more than a quarter of a core of other work, compared two machines, not two wait modes: it is left " +
 			"out of the ratio (the Mpps columns keep every measurement) and the pairs column says how many were compared; when none " +
-			"was, the ratio is over all of them, marked so.",
+			"was, the ratio is over all of them, marked so. The wait modes do not compare alike at both levels, so the last two " +
+			"ratio columns split the compared pairs by level (their sums' ratio, the range of the pairs' ratios, and how many).",
 		run: runRate}
 }
 
@@ -214,11 +215,21 @@ func runRate(ctx context.Context, e *env, s *section) error {
 			p = &figs{}
 		}
 		var hs, ps runs // the pairs measured in one machine state
+		byLevel := map[string]*[2]runs{xcoreFast: {}, xcoreSlow: {}}
 		n := min(len(h.pps), len(p.pps))
 		for i := range n {
-			if sameMachine(h.state[i], p.state[i]) {
+			if lv := sameMachine(h.state[i], p.state[i]); lv != "" {
 				hs, ps = append(hs, h.pps[i]), append(ps, p.pps[i])
+				l := byLevel[lv]
+				l[0], l[1] = append(l[0], h.pps[i]), append(l[1], p.pps[i])
 			}
+		}
+		levelCell := func(lv string) string {
+			l := byLevel[lv]
+			if len(l[0]) == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%s (%d)", pooledCell(l[0], l[1], times), len(l[0]))
 		}
 		pairs := fmt.Sprintf("%d of %d", len(hs), n)
 		if len(hs) == 0 {
@@ -227,12 +238,13 @@ func runRate(ctx context.Context, e *env, s *section) error {
 		}
 		pooled := pooledCell(hs, ps, times)
 		rows = append(rows, []string{dirName[k.dir], k.size, h.pps.cell(scaled(1e6)), p.pps.cell(scaled(1e6)), pooled,
-			times(ratios(hs, ps).median()), pairs, h.gbps.cell(sig3), p.gbps.cell(sig3), h.cpu.cell(sig3), p.cpu.cell(sig3)})
+			times(ratios(hs, ps).median()), pairs, levelCell(xcoreFast), levelCell(xcoreSlow), h.gbps.cell(sig3), p.gbps.cell(sig3), h.cpu.cell(sig3), p.cpu.cell(sig3)})
 		if len(p.pps) > 0 {
 			s.sum(fmt.Sprintf("%s %s B, hybrid vs busy polling, Mpps", dirName[k.dir], k.size), scaled(1e6)(h.pps.median()), scaled(1e6)(p.pps.median()), pooled)
 		}
 	}
-	s.table([]string{"direction", "frame B", "hybrid Mpps", "poll Mpps", "hybrid ÷ poll (summed over pairs)", "pairs' median ratio", "pairs compared", "hybrid Gbit/s", "poll Gbit/s", "hybrid guest CPU-s/Mpkt", "poll guest CPU-s/Mpkt"}, rows)
+	s.table([]string{"direction", "frame B", "hybrid Mpps", "poll Mpps", "hybrid ÷ poll (summed over pairs)", "pairs' median ratio", "pairs compared",
+		"hybrid ÷ poll, fast cross-CPU level (pairs)", "hybrid ÷ poll, slow cross-CPU level (pairs)", "hybrid Gbit/s", "poll Gbit/s", "hybrid guest CPU-s/Mpkt", "poll guest CPU-s/Mpkt"}, rows)
 	return nil
 }
 
@@ -258,27 +270,49 @@ type machineState struct {
 // reads 0.01–0.05, a build or linter beside the benchmark a core.
 const otherCPUMax = 0.25
 
-// sameMachine reports whether a hybrid and a busy-poll measurement met
-// the machine in one state: their four cross-CPU round trips (netbench's
-// xcore_ns_before/_after) within 1.5× of each other, and neither shared
-// the CPUs with more than otherCPUMax of other work (other_cpu, when
-// netbench reports it). The two round-trip levels this machine moves
-// between are about 4× apart; readings of one level spread by a fifth.
-// Round trips missing (0) or not numbers compare as different.
-func sameMachine(h, p machineState) bool {
-	lo, hi := math.Inf(1), 0.0
-	for _, v := range [4]float64{h.xcore[0], h.xcore[1], p.xcore[0], p.xcore[1]} {
-		if !(v > 0) {
-			return false
+// The levels of netbench's cross-CPU round trip (xcore_ns_before/_after)
+// on this machine: about 85–170 ns (fast) or 380–500 ns (slow), by where
+// the hypervisor runs the two virtual CPUs. A reading outside both bands
+// (0, missing, or far off) belongs to neither.
+const (
+	xcoreFast      = "fast"
+	xcoreSlow      = "slow"
+	xcoreFastBelow = 250.0 // ns
+	xcoreSlowBelow = 750.0 // ns
+)
+
+// xcoreLevel returns the level of one cross-CPU round-trip reading, or ""
+// for none.
+func xcoreLevel(ns float64) string {
+	switch {
+	case !(ns > 0):
+		return ""
+	case ns < xcoreFastBelow:
+		return xcoreFast
+	case ns < xcoreSlowBelow:
+		return xcoreSlow
+	}
+	return ""
+}
+
+// sameMachine returns the level a hybrid and a busy-poll measurement both
+// met the machine at, or "" when they did not meet it in one state: their
+// four cross-CPU round trips must sit at one level (xcoreLevel), and
+// neither may have shared the CPUs with more than otherCPUMax of other
+// work (other_cpu, when netbench reports it).
+func sameMachine(h, p machineState) string {
+	lv := xcoreLevel(h.xcore[0])
+	for _, v := range [3]float64{h.xcore[1], p.xcore[0], p.xcore[1]} {
+		if xcoreLevel(v) != lv {
+			return ""
 		}
-		lo, hi = min(lo, v), max(hi, v)
 	}
 	for _, m := range [2]machineState{h, p} {
 		if m.hasOther && !(m.other <= otherCPUMax) {
-			return false
+			return ""
 		}
 	}
-	return hi <= 1.5*lo
+	return lv
 }
 
 func runSweep(ctx context.Context, e *env, s *section) error {

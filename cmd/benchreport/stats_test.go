@@ -105,21 +105,22 @@ func TestSameMachine(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		h, p machineState
-		want bool
+		want string
 	}{
-		{"one slow state", st(430, 470), st(455, 500), true},
-		{"one fast state", st(112, 160), st(120, 140), true},
-		{"changed between the modes", st(457, 151), st(164, 112), false},
-		{"changed during one", st(139, 459), st(450, 460), false},
-		{"a reading far off", st(460, 1144), st(498, 475), false},
-		{"older netbench, no readings", st(0, 0), st(0, 0), false},
-		{"one reading missing", st(450, 0), st(450, 450), false},
-		{"quiet machine", busy(st(430, 440), 0.03), busy(st(450, 445), 0.05), true},
-		{"a build beside the hybrid run", busy(st(430, 440), 1.07), busy(st(450, 445), 0.02), false},
-		{"a build beside the poll run", busy(st(430, 440), 0.02), busy(st(450, 445), 0.3), false},
+		{"one slow state", st(430, 470), st(455, 500), xcoreSlow},
+		{"one fast state", st(112, 160), st(120, 140), xcoreFast},
+		{"fast readings spread by 2x", st(86, 100), st(100, 166), xcoreFast},
+		{"changed between the modes", st(457, 151), st(164, 112), ""},
+		{"changed during one", st(139, 459), st(450, 460), ""},
+		{"a reading far off", st(460, 1144), st(498, 475), ""},
+		{"older netbench, no readings", st(0, 0), st(0, 0), ""},
+		{"one reading missing", st(450, 0), st(450, 450), ""},
+		{"quiet machine", busy(st(430, 440), 0.03), busy(st(450, 445), 0.05), xcoreSlow},
+		{"a build beside the hybrid run", busy(st(430, 440), 1.07), busy(st(450, 445), 0.02), ""},
+		{"a build beside the poll run", busy(st(430, 440), 0.02), busy(st(450, 445), 0.3), ""},
 	} {
 		if got := sameMachine(c.h, c.p); got != c.want {
-			t.Errorf("%s: sameMachine(%+v, %+v) = %v, want %v", c.name, c.h, c.p, got, c.want)
+			t.Errorf("%s: sameMachine(%+v, %+v) = %q, want %q", c.name, c.h, c.p, got, c.want)
 		}
 	}
 }
