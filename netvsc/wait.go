@@ -112,8 +112,8 @@ func (w *waiter) kickRx() {
 // interrupt wakes sleepers for good: their next sleep returns err.
 func (w *waiter) interrupt(err error) {
 	w.mu.Lock()
-	if w.interrupted.Load() == nil {
-		w.interrupted.Store(&err)
+	if err != nil { // the first reason stays; a nil one records nothing
+		w.interrupted.CompareAndSwap(nil, &err)
 	}
 	for i := range w.ctx {
 		if w.ctx[i].cancel != nil {
