@@ -237,8 +237,12 @@ func runRate(ctx context.Context, e *env, s *section) error {
 			pairs += " (ratio over all)"
 		}
 		pooled := pooledCell(hs, ps, times)
+		median := "–" // no poll measurement to pair with
+		if r := ratios(hs, ps); len(r) > 0 {
+			median = times(r.median())
+		}
 		rows = append(rows, []string{dirName[k.dir], k.size, h.pps.cell(scaled(1e6)), p.pps.cell(scaled(1e6)), pooled,
-			times(ratios(hs, ps).median()), pairs, levelCell(xcoreFast), levelCell(xcoreSlow), h.gbps.cell(sig3), p.gbps.cell(sig3), h.cpu.cell(sig3), p.cpu.cell(sig3)})
+			median, pairs, levelCell(xcoreFast), levelCell(xcoreSlow), h.gbps.cell(sig3), p.gbps.cell(sig3), h.cpu.cell(sig3), p.cpu.cell(sig3)})
 		if len(p.pps) > 0 {
 			s.sum(fmt.Sprintf("%s %s B, hybrid vs busy polling, Mpps", dirName[k.dir], k.size), scaled(1e6)(h.pps.median()), scaled(1e6)(p.pps.median()), pooled)
 		}
