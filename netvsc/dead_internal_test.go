@@ -70,3 +70,28 @@ func TestDeadChannelWithUnreadFramesFailsTheSession(t *testing.T) {
 		})
 	}
 }
+
+// TestControlRequestOnADeadChannelFailsTheSession: a control request
+// (the daemon's liveness probe, QueryLink) that finds the primary channel
+// dead ends the session, so the NIC's owner learns of the rescind at
+// once. Before, the request failed and the NIC stayed running: with no
+// receive loop to find the dead channel (a forwarder whose peer went
+// first), the daemon noticed only when three probes in a row had failed,
+// 30 s later, and then as a silent host.
+func TestControlRequestOnADeadChannelFailsTheSession(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, n := openWaitNIC(t, ctx, Config{Mode: Interrupt})
+	n.Queues()[0].ch.Kill(vmbus.ErrRescinded)
+	if _, err := n.QueryLink(ctx); err == nil {
+		t.Fatal("QueryLink on a dead channel succeeded")
+	}
+	select {
+	case <-n.Done():
+	default:
+		t.Fatal("the NIC is not done after a control request found its channel dead")
+	}
+	if err := n.Err(); !errors.Is(err, vmbus.ErrRescinded) {
+		t.Fatalf("NIC error %v, want the rescind", err)
+	}
+}
