@@ -211,17 +211,27 @@ func (c *control) wait(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// send writes one packet on queue 0 and publishes it.
+// send writes one packet on queue 0 and publishes it. A channel found
+// dead fails the session, as wait does: the device's interrupt loop
+// kills the channels when the host goes and tells the session nothing,
+// and a NIC whose receive loops are stopped would otherwise run on with
+// a dead channel, its requests failing, until its owner gives up on it.
 func (c *control) send(fn func(ch *vmbus.Channel) error) error {
 	q0 := c.s.queues[0]
 	if !c.held {
 		q0.outMu.Lock()
 		defer q0.outMu.Unlock()
 	}
-	if err := fn(q0.ch); err != nil {
-		return err
+	err := fn(q0.ch)
+	if err == nil {
+		err = q0.ch.Flush()
 	}
-	return q0.ch.Flush()
+	if err != nil {
+		if dead := q0.ch.Err(); dead != nil {
+			c.s.fail(dead)
+		}
+	}
+	return err
 }
 
 // nvsp sends an NVSP request with completion requested and returns a copy

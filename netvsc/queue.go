@@ -195,10 +195,21 @@ const fullBurstMin = 8
 // drainLocked reads the inbound ring until it is empty (or burstMax
 // packets, then again after committing), handling every packet. inMu is
 // held.
+//
+// A dead channel fails the session. The device's interrupt loop kills
+// every channel when the host goes (a rescind) and tells the session
+// nothing: left running, its Wait would report the bytes still unread
+// in the dead ring as work at once, every time, and a receive loop
+// would spin on RxBurst returning nothing, never seeing an error or its
+// context.
 func (q *Queue) drainLocked() {
 	s := q.s
 	work := false
-	for q.ch.Err() == nil {
+	for {
+		if err := q.ch.Err(); err != nil {
+			s.fail(err)
+			break
+		}
 		n := 0
 		for ; n < burstMax; n++ {
 			p, err := q.recv()

@@ -93,7 +93,15 @@ func (d *daemonProc) stop(t *testing.T, sig syscall.Signal) int {
 		}
 		return 0
 	case <-time.After(60 * time.Second):
-		t.Fatalf("vmbusd run did not stop on %v", sig)
+		// SIGQUIT makes the Go runtime print every goroutine's stack to
+		// stderr and exit: the log then shows what the daemon waits for.
+		d.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-d.waitDone:
+		case <-time.After(10 * time.Second):
+		}
+		// The cleanup logs stderr, the dump included.
+		t.Fatalf("vmbusd run did not stop on %v; sent SIGQUIT for a goroutine dump", sig)
 	}
 	return -1
 }
