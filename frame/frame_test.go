@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func newPool(t testing.TB, n int) *Pool {
@@ -201,6 +202,30 @@ func TestPumpFreesWhatTheSinkRefusedOnError(t *testing.T) {
 	}
 	if pool.Available() != 4 {
 		t.Fatalf("%d packets leaked", 4-pool.Available())
+	}
+}
+
+// spuriousSource never has a frame and its Wait always returns nil at
+// once, without looking at ctx (a source that keeps finding work it
+// cannot deliver).
+type spuriousSource struct{ waits atomic.Int64 }
+
+func (*spuriousSource) RxBurst([]*Packet) int            { return 0 }
+func (s *spuriousSource) Wait(ctx context.Context) error { s.waits.Add(1); return nil }
+
+func TestPumpEndsWithItsContextOnASpuriousSource(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	src := &spuriousSource{}
+	done := make(chan error, 1)
+	go func() { done <- Pump(ctx, src, refusingSink{}, 8, nil) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Pump returned %v, want the context's error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("Pump still running a minute after its context ended (%d waits)", src.waits.Load())
 	}
 }
 

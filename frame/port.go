@@ -45,6 +45,13 @@ func PumpObserved(ctx context.Context, src Source, dst Sink, burst int, moved *a
 	for {
 		n := src.RxBurst(pkts)
 		if n == 0 {
+			// Wait may return nil spuriously and need not look at ctx
+			// when it finds work: a source that keeps finding work it
+			// cannot deliver (a dead ring with bytes unread, say) must
+			// not keep a cancelled pump spinning.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if err := src.Wait(ctx); err != nil {
 				return err
 			}
