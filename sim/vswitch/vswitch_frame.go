@@ -209,7 +209,7 @@ func rxChecksum4(h []byte) rndis.RxChecksum {
 		return 0
 	}
 	c := rndis.RxChecksumIPFailed
-	if ^csum.Fold(csum.Add(0, h[:ihl])) == 0 {
+	if ipv4HeaderOK(h[:ihl]) {
 		c = rndis.RxChecksumIPOK
 	}
 	if be.Uint16(h[6:])&0x3fff != 0 {
@@ -227,6 +227,19 @@ func rxChecksum4(h []byte) rndis.RxChecksum {
 	// protocol and the transport length.
 	sum := csum.Add(0, h[12:20]) + uint32(proto) + uint32(len(seg))
 	return c | l4Result(proto, ^csum.Fold(csum.Add(sum, seg)) == 0)
+}
+
+// ipv4HeaderOK reports whether an IPv4 header (a multiple of 4 bytes)
+// sums to all ones in one's complement, as ^csum.Fold(csum.Add(0, h)) == 0
+// does: the 16-bit one's complement sum is the sum of the header's 32-bit
+// words modulo 0xffff (whichever their byte order), and all ones is a
+// sum that is 0 modulo 0xffff without being 0.
+func ipv4HeaderOK(h []byte) bool {
+	var s uint64
+	for ; len(h) >= 4; h = h[4:] {
+		s += uint64(binary.LittleEndian.Uint32(h))
+	}
+	return s != 0 && s%0xffff == 0
 }
 
 // rxChecksum6 is RxChecksum for the IPv6 packet h (no header checksum).
