@@ -59,13 +59,14 @@ type frameQueue struct {
 	_        [64]byte
 }
 
+// rxSlot is 64 bytes: the consumer reads one cache line per frame.
 type rxSlot struct {
 	buf    []byte
 	big    []byte // the super-frame's buffer when rsc
 	hash   uint32
 	typ    rndis.HashInfo // 0: no hash
+	weight uint32         // wire frames (at most the queue's length)
 	rsc    bool           // a TCP super-frame the guest takes coalesced (RSC fragments)
-	weight int
 }
 
 // frame returns the slot's frame.
@@ -118,7 +119,7 @@ func (q *frameQueue) pushLocked(f []byte, hash uint32, typ rndis.HashInfo, rsc b
 	} else {
 		s.buf = append(s.buf[:0], f...)
 	}
-	s.hash, s.typ, s.rsc, s.weight = hash, typ, rsc, weight
+	s.hash, s.typ, s.rsc, s.weight = hash, typ, rsc, uint32(weight)
 	q.weightIn += uint64(weight)
 	q.next++
 	return true
@@ -359,6 +360,9 @@ func (ch *nicChan) deliver() bool {
 func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize int) int {
 	ss := ch.ss
 	f := &ss.n.faults
+	// The per-frame faults are looked at only when some fault is on: one
+	// switched on while the packet is written applies from the next one.
+	faulty := f.on.Load() != 0
 	sub := cfg.subSize
 	ranges := ch.xfer[:8]
 	var start, cur uint32
@@ -413,10 +417,12 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize i
 		runLen := int(k * sub)
 		dst := ss.recv[off : off+runLen]
 		rndis.PutPacketAt(dst, &info, fr, hdr, runLen)
-		ch.corruptRx(dst, &info)
 		roff := uint32(off)
-		if f.take(NICFaultRangeOutsideBuffer) {
-			roff = uint32(len(ss.recv)) - 8
+		if faulty {
+			ch.corruptRx(dst, &info)
+			if f.take(NICFaultRangeOutsideBuffer) {
+				roff = uint32(len(ss.recv)) - 8
+			}
 		}
 		ranges = vmbus.AppendTransferRange(ranges, uint32(runLen), roff)
 		cur += k

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 func TestSectionRingHandsOutRunsInOrderAndReusesOnlyAfterCompletion(t *testing.T) {
@@ -171,5 +172,11 @@ func TestFrameQueueConcurrentProducers(t *testing.T) {
 	}
 	if q.pending() {
 		t.Fatal("frames left after all were read")
+	}
+}
+
+func TestRxSlotIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(rxSlot{}); n != 64 {
+		t.Fatalf("rxSlot is %d bytes, want 64", n)
 	}
 }
