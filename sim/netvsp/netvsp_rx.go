@@ -353,6 +353,10 @@ func (ch *nicChan) deliver() bool {
 	return progress
 }
 
+// prefetchAhead is how many sub-allocations ahead of the one it writes
+// sendFrames asks the CPU to fetch.
+const prefetchAhead = 4
+
 // sendFrames writes up to m frames from the queue, starting at head, into
 // one run of sub-allocations, one RNDIS message (range) each, or one per
 // fragment of a coalesced frame, at most maxRanges in all, and sends its
@@ -364,6 +368,7 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize i
 	// switched on while the packet is written applies from the next one.
 	faulty := f.on.Load() != 0
 	sub := cfg.subSize
+	pfEnd := min(len(ss.recv), int(ch.data.hi)*int(sub)) // prefetch inside the channel's part
 	ranges := ch.xfer[:8]
 	var start, cur uint32
 	var bytes uint64
@@ -415,6 +420,18 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize i
 		}
 		off := int(cur) * int(sub)
 		runLen := int(k * sub)
+		// The sub-allocations after this one take the next frames: ask
+		// for their first lines now, so that their writes find them
+		// (the guest read them last, on its own CPU).
+		from := prefetchAhead
+		if n == 0 {
+			from = 1
+		}
+		for j := from; j <= prefetchAhead; j++ {
+			if pf := off + j*runLen; pf+128 <= pfEnd {
+				prefetchw128(&ss.recv[pf])
+			}
+		}
 		dst := ss.recv[off : off+runLen]
 		rndis.PutPacketAt(dst, &info, fr, hdr, runLen)
 		roff := uint32(off)
