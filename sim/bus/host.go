@@ -436,6 +436,14 @@ func (h *Host) runMonitor() {
 		}
 		var wait <-chan time.Time
 		if n > 0 && interval < time.Millisecond {
+			// The nanosleep keeps this thread's P in a system call until
+			// the runtime takes it back (a sysmon tick, 20 µs or more):
+			// goroutines ready on it (channel loops, a port's sender)
+			// would wait that long each scan. Yield it to them first,
+			// unlocked (see woke below); with nothing ready this returns
+			// at once and the scan keeps its cadence.
+			unlock()
+			runtime.Gosched()
 			precise()
 			next = sleepUntilNext(next, interval)
 			select {

@@ -144,7 +144,7 @@ func (n *NIC) deliverSuper(ss *nicSession, f []byte, o vswitch.FrameOffload) int
 		if k <= nvsp.RSCMax && uint32(k) <= cfg.perQueue {
 			chans := ss.channels()
 			q := 0
-			if ss.enqueue(cfg, chans, f, o.Segments(f)) {
+			if ss.enqueue(cfg, chans, f, o.Segments(f), nil) {
 				q = 1
 			}
 			ss.pokeAll(chans)

@@ -218,8 +218,8 @@ func TestRSCQueueCountsSegments(t *testing.T) {
 	if len(q.bigFree) != 1 || !q.push(big, 0, 0, true, 4) {
 		t.Fatalf("after release: %d free buffers", len(q.bigFree))
 	}
-	if n := q.drain(); n != 4 || q.weight != 0 || len(q.bigFree) != 2 {
-		t.Fatalf("drained %d, weight %d, %d buffers free", n, q.weight, len(q.bigFree))
+	if n := q.drain(); n != 4 || q.weightLocked() != 0 || len(q.bigFree) != 2 {
+		t.Fatalf("drained %d, weight %d, %d buffers free", n, q.weightLocked(), len(q.bigFree))
 	}
 }
 

@@ -30,27 +30,43 @@ import (
 // keep their buffers, so a warm queue does not allocate. Make it with
 // newFrameQueue.
 //
+// Producers take mu; the consumer does not (but to give back a
+// super-frame buffer): it reads up to the published tail and moves head
+// on, each an atomic, and a producer fills only slots outside
+// [head, tail). A producer may publish a run of frames at once
+// (pushBatch), so a batch from a port costs one lock and one publication.
+//
 // The bound is in wire frames: a TCP super-frame queued whole for a guest
 // with RSC counts as the segments it stands for, so that the queue holds
 // as much data (and delay) as with MTU-sized frames; it goes into one of
 // a few 64 KiB buffers kept for them (superBufs), not into a slot's own.
 type frameQueue struct {
-	mu         sync.Mutex
-	slots      []rxSlot
-	head, tail uint64
-	weight     int // wire frames queued
-	count      atomic.Int64
-	bigFree    [][]byte // super-frame buffers not in use
-	bigMade    int
+	slots []rxSlot
+
+	// The consumer's, on a cache line of their own.
+	_         [64]byte
+	head      atomic.Uint64 // oldest frame queued
+	weightOut atomic.Uint64 // wire frames ever released
+
+	// The producers'.
+	_        [64]byte
+	tail     atomic.Uint64 // one past the newest frame published: written under mu
+	mu       sync.Mutex
+	next     uint64   // one past the newest frame filled (tail once published)
+	weightIn uint64   // wire frames ever pushed
+	bigFree  [][]byte // super-frame buffers not in use
+	bigMade  int
+	_        [64]byte
 }
 
+// rxSlot is 64 bytes: the consumer reads one cache line per frame.
 type rxSlot struct {
 	buf    []byte
 	big    []byte // the super-frame's buffer when rsc
 	hash   uint32
 	typ    rndis.HashInfo // 0: no hash
+	weight uint32         // wire frames (at most the queue's length)
 	rsc    bool           // a TCP super-frame the guest takes coalesced (RSC fragments)
-	weight int
 }
 
 // frame returns the slot's frame.
@@ -73,11 +89,18 @@ func newFrameQueue(n int) frameQueue { return frameQueue{slots: make([]rxSlot, n
 // the queue is full (or, for a super-frame, out of super-frame buffers).
 func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo, rsc bool, weight int) bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.tail-q.head == uint64(len(q.slots)) || q.weight+weight > len(q.slots) {
+	ok := q.pushLocked(f, hash, typ, rsc, weight)
+	q.publishLocked()
+	q.mu.Unlock()
+	return ok
+}
+
+// pushLocked is push with mu held, without publishing the frame.
+func (q *frameQueue) pushLocked(f []byte, hash uint32, typ rndis.HashInfo, rsc bool, weight int) bool {
+	if q.next-q.head.Load() == uint64(len(q.slots)) || q.weightLocked()+weight > len(q.slots) {
 		return false
 	}
-	s := &q.slots[q.tail%uint64(len(q.slots))]
+	s := &q.slots[q.next%uint64(len(q.slots))]
 	if rsc {
 		var b []byte
 		switch {
@@ -96,51 +119,76 @@ func (q *frameQueue) push(f []byte, hash uint32, typ rndis.HashInfo, rsc bool, w
 	} else {
 		s.buf = append(s.buf[:0], f...)
 	}
-	s.hash, s.typ, s.rsc, s.weight = hash, typ, rsc, weight
-	q.weight += weight
-	q.tail++
-	q.count.Store(int64(q.tail - q.head))
+	s.hash, s.typ, s.rsc, s.weight = hash, typ, rsc, uint32(weight)
+	q.weightIn += uint64(weight)
+	q.next++
 	return true
 }
 
-func (q *frameQueue) pending() bool { return q.count.Load() > 0 }
+// publishLocked hands the frames filled so far to the consumer.
+func (q *frameQueue) publishLocked() {
+	if q.tail.Load() != q.next {
+		q.tail.Store(q.next)
+	}
+}
+
+// weightLocked returns the wire frames queued (mu held).
+func (q *frameQueue) weightLocked() int { return int(q.weightIn - q.weightOut.Load()) }
+
+// A pushBatch pushes a run of frames holding each queue's lock while
+// consecutive frames go to it, and publishes them when it moves to
+// another queue or is done. Not safe for concurrent use; call done when
+// the run ends.
+type pushBatch struct{ q *frameQueue }
+
+func (b *pushBatch) push(q *frameQueue, f []byte, hash uint32, typ rndis.HashInfo, rsc bool, weight int) bool {
+	if b.q != q {
+		b.done()
+		q.mu.Lock()
+		b.q = q
+	}
+	return q.pushLocked(f, hash, typ, rsc, weight)
+}
+
+// done publishes what the batch pushed and lets go of its queue.
+func (b *pushBatch) done() {
+	if b.q != nil {
+		b.q.publishLocked()
+		b.q.mu.Unlock()
+		b.q = nil
+	}
+}
+
+func (q *frameQueue) pending() bool { return q.tail.Load() != q.head.Load() }
 
 // span returns the queued range [head, tail); the consumer reads slots in
 // it without the lock (the producer only writes outside it).
-func (q *frameQueue) span() (head, tail uint64) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.head, q.tail
-}
+func (q *frameQueue) span() (head, tail uint64) { return q.head.Load(), q.tail.Load() }
 
 func (q *frameQueue) at(i uint64) *rxSlot { return &q.slots[i%uint64(len(q.slots))] }
 
-// release drops the n oldest frames.
+// release drops the n oldest frames (the consumer).
 func (q *frameQueue) release(n uint64) {
-	q.mu.Lock()
-	q.dropLocked(n)
-	q.mu.Unlock()
-}
-
-func (q *frameQueue) dropLocked(n uint64) {
-	for range n {
-		s := q.at(q.head)
+	head := q.head.Load()
+	var w uint64
+	for i := range n {
+		s := q.at(head + i)
 		if s.rsc {
+			q.mu.Lock()
 			q.bigFree = append(q.bigFree, s.big)
+			q.mu.Unlock()
 			s.big, s.rsc = nil, false
 		}
-		q.weight -= s.weight
-		q.head++
+		w += uint64(s.weight)
 	}
-	q.count.Store(int64(q.tail - q.head))
+	q.weightOut.Add(w)
+	q.head.Store(head + n) // the slots are the producers' again
 }
 
 // drain drops everything queued and returns how many frames that was.
 func (q *frameQueue) drain() uint64 {
-	q.mu.Lock()
-	n := q.tail - q.head
-	q.dropLocked(n)
-	q.mu.Unlock()
+	n := q.tail.Load() - q.head.Load()
+	q.release(n)
 	return n
 }
 
@@ -305,6 +353,10 @@ func (ch *nicChan) deliver() bool {
 	return progress
 }
 
+// prefetchAhead is how many sub-allocations ahead of the one it writes
+// sendFrames asks the CPU to fetch.
+const prefetchAhead = 4
+
 // sendFrames writes up to m frames from the queue, starting at head, into
 // one run of sub-allocations, one RNDIS message (range) each, or one per
 // fragment of a coalesced frame, at most maxRanges in all, and sends its
@@ -312,7 +364,11 @@ func (ch *nicChan) deliver() bool {
 func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize int) int {
 	ss := ch.ss
 	f := &ss.n.faults
+	// The per-frame faults are looked at only when some fault is on: one
+	// switched on while the packet is written applies from the next one.
+	faulty := f.on.Load() != 0
 	sub := cfg.subSize
+	pfEnd := min(len(ss.recv), int(ch.data.hi)*int(sub)) // prefetch inside the channel's part
 	ranges := ch.xfer[:8]
 	var start, cur uint32
 	var bytes uint64
@@ -364,12 +420,26 @@ func (ch *nicChan) sendFrames(cfg *sessCfg, head uint64, m, maxRanges, msgSize i
 		}
 		off := int(cur) * int(sub)
 		runLen := int(k * sub)
+		// The sub-allocations after this one take the next frames: ask
+		// for their first lines now, so that their writes find them
+		// (the guest read them last, on its own CPU).
+		from := prefetchAhead
+		if n == 0 {
+			from = 1
+		}
+		for j := from; j <= prefetchAhead; j++ {
+			if pf := off + j*runLen; pf+128 <= pfEnd {
+				prefetchw128(&ss.recv[pf])
+			}
+		}
 		dst := ss.recv[off : off+runLen]
 		rndis.PutPacketAt(dst, &info, fr, hdr, runLen)
-		ch.corruptRx(dst, &info)
 		roff := uint32(off)
-		if f.take(NICFaultRangeOutsideBuffer) {
-			roff = uint32(len(ss.recv)) - 8
+		if faulty {
+			ch.corruptRx(dst, &info)
+			if f.take(NICFaultRangeOutsideBuffer) {
+				roff = uint32(len(ss.recv)) - 8
+			}
 		}
 		ranges = vmbus.AppendTransferRange(ranges, uint32(runLen), roff)
 		cur += k

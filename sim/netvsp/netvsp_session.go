@@ -271,11 +271,13 @@ func (ss *nicSession) deliver(frames [][]byte) int {
 	cfg := ss.cfg.Load()
 	chans := ss.channels()
 	queued := 0
+	var b pushBatch
 	for _, f := range frames {
-		if ss.enqueue(cfg, chans, f, 0) {
+		if ss.enqueue(cfg, chans, f, 0, &b) {
 			queued++
 		}
 	}
+	b.done()
 	ss.pokeAll(chans)
 	return queued
 }
@@ -290,8 +292,9 @@ func (ss *nicSession) pokeAll(chans []*nicChan) {
 
 // enqueue applies the packet filter, the MTU (unless the frame goes
 // coalesced: a super-frame of segs wire frames, 0 for an ordinary frame)
-// and RSS to one frame and queues it on its channel.
-func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, segs int) bool {
+// and RSS to one frame and queues it on its channel, in batch b (nil:
+// alone).
+func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, segs int, b *pushBatch) bool {
 	coalesced := segs > 0
 	st := &ss.n.st
 	if !vswitch.FilterAccepts(cfg.filter, f, ss.n.mac) {
@@ -320,7 +323,13 @@ func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, segs int
 	if q >= len(chans) || chans[q] == nil {
 		q = 0 // a channel the guest has not opened: the primary
 	}
-	if chans[q].rxq.push(f, hash, typ, coalesced, max(segs, 1)) {
+	var ok bool
+	if b != nil {
+		ok = b.push(&chans[q].rxq, f, hash, typ, coalesced, max(segs, 1))
+	} else {
+		ok = chans[q].rxq.push(f, hash, typ, coalesced, max(segs, 1))
+	}
+	if ok {
 		return true
 	}
 	st.rxDropped.Add(1)

@@ -182,38 +182,95 @@ func PseudoSum(fl *Flow, proto uint8, l4len int) uint32 {
 
 // RxChecksum verifies a frame's checksums as the host does before
 // delivery and returns the receive checksum info (docs/protocol/netvsc.md §3.4).
+// It parses the frame as ParseFlow does (and so accepts and rejects the
+// same frames) without building a Flow: it runs for every frame the host
+// delivers.
 func RxChecksum(f []byte) rndis.RxChecksum {
-	fl := ParseFlow(f)
-	if !fl.IP {
+	if len(f) < EthHeaderLen {
 		return 0
 	}
-	var c rndis.RxChecksum
-	if !fl.V6 {
-		if ^csum.Fold(csum.Add(0, f[fl.L3:fl.L4Off])) == 0 {
-			c |= rndis.RxChecksumIPOK
-		} else {
-			c |= rndis.RxChecksumIPFailed
-		}
+	switch be.Uint16(f[12:]) {
+	case EthTypeIPv4:
+		return rxChecksum4(f[EthHeaderLen:])
+	case EthTypeIPv6:
+		return rxChecksum6(f[EthHeaderLen:])
 	}
-	seg := f[fl.L4Off:fl.L4End]
-	switch fl.L4 {
-	case IPProtoTCP:
-		if ^csum.Fold(csum.Add(PseudoSum(&fl, IPProtoTCP, len(seg)), seg)) == 0 {
-			c |= rndis.RxChecksumTCPOK
-		} else {
-			c |= rndis.RxChecksumTCPFailed
-		}
-	case IPProtoUDP:
-		switch {
-		case !fl.V6 && be.Uint16(seg[6:]) == 0: // no checksum (IPv4 only)
-			c |= rndis.RxChecksumUDPOK
-		case ^csum.Fold(csum.Add(PseudoSum(&fl, IPProtoUDP, len(seg)), seg)) == 0:
-			c |= rndis.RxChecksumUDPOK
-		default:
-			c |= rndis.RxChecksumUDPFailed
-		}
+	return 0
+}
+
+// rxChecksum4 is RxChecksum for the IPv4 packet h.
+func rxChecksum4(h []byte) rndis.RxChecksum {
+	if len(h) < ipv4MinHeader || h[0]>>4 != 4 {
+		return 0
 	}
-	return c
+	ihl := int(h[0]&0xf) * 4
+	tot := int(be.Uint16(h[2:]))
+	if ihl < ipv4MinHeader || tot < ihl || tot > len(h) {
+		return 0
+	}
+	c := rndis.RxChecksumIPFailed
+	if ipv4HeaderOK(h[:ihl]) {
+		c = rndis.RxChecksumIPOK
+	}
+	if be.Uint16(h[6:])&0x3fff != 0 {
+		return c // a fragment (offset or more fragments): no transport check
+	}
+	seg := h[ihl:tot]
+	proto := transport(h[9], seg)
+	if proto == 0 {
+		return c
+	}
+	if proto == IPProtoUDP && be.Uint16(seg[6:]) == 0 {
+		return c | rndis.RxChecksumUDPOK // no checksum (IPv4 only)
+	}
+	// The pseudo-header: the addresses (adjacent in the header), the
+	// protocol and the transport length.
+	sum := csum.Add(0, h[12:20]) + uint32(proto) + uint32(len(seg))
+	return c | l4Result(proto, ^csum.Fold(csum.Add(sum, seg)) == 0)
+}
+
+// ipv4HeaderOK reports whether an IPv4 header (a multiple of 4 bytes)
+// sums to all ones in one's complement, as ^csum.Fold(csum.Add(0, h)) == 0
+// does: the 16-bit one's complement sum is the sum of the header's 32-bit
+// words modulo 0xffff (whichever their byte order), and all ones is a
+// sum that is 0 modulo 0xffff without being 0.
+func ipv4HeaderOK(h []byte) bool {
+	var s uint64
+	for ; len(h) >= 4; h = h[4:] {
+		s += uint64(binary.LittleEndian.Uint32(h))
+	}
+	return s != 0 && s%0xffff == 0
+}
+
+// rxChecksum6 is RxChecksum for the IPv6 packet h (no header checksum).
+func rxChecksum6(h []byte) rndis.RxChecksum {
+	if len(h) < ipv6Header || h[0]>>4 != 6 {
+		return 0
+	}
+	pl := int(be.Uint16(h[4:]))
+	if pl > len(h)-ipv6Header {
+		return 0
+	}
+	seg := h[ipv6Header : ipv6Header+pl]
+	proto := transport(h[6], seg)
+	if proto == 0 {
+		return 0
+	}
+	sum := csum.Add(0, h[8:40]) + uint32(proto) + uint32(len(seg)>>16) + uint32(len(seg)&0xffff)
+	return l4Result(proto, ^csum.Fold(csum.Add(sum, seg)) == 0)
+}
+
+// l4Result is the transport half of a receive checksum info.
+func l4Result(proto uint8, ok bool) rndis.RxChecksum {
+	switch {
+	case proto == IPProtoTCP && ok:
+		return rndis.RxChecksumTCPOK
+	case proto == IPProtoTCP:
+		return rndis.RxChecksumTCPFailed
+	case ok:
+		return rndis.RxChecksumUDPOK
+	}
+	return rndis.RxChecksumUDPFailed
 }
 
 // Errors of the transmit offloads: the guest asked for something its
