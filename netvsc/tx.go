@@ -770,7 +770,7 @@ func (q *Queue) txPollLocked(ctx context.Context) bool {
 				return false
 			}
 		}
-		if _, in := q.ch.RingUsage(); in != 0 {
+		if q.ch.InboundUsage() != 0 {
 			q.drainLocked()
 			if q.txReady() {
 				return true

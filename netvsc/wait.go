@@ -144,8 +144,7 @@ func (q *Queue) rxReady() bool {
 	if q.rx.stCount.Load() > 0 || q.vfPending() || q.rxHeldReady() {
 		return true
 	}
-	_, in := q.ch.RingUsage()
-	return in != 0
+	return q.ch.InboundUsage() != 0
 }
 
 // spinBudget is how much of Config.PollBudget a hybrid Wait polls before

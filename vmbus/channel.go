@@ -722,3 +722,10 @@ func (c *Channel) Stats() ChannelStats {
 func (c *Channel) RingUsage() (outbound, inbound int) {
 	return c.out.r.sharedUsed(), c.in.r.sharedUsed()
 }
+
+// InboundUsage is RingUsage's inbound figure alone (any goroutine), for a
+// poller that waits for the host's packets: the outbound ring's indices
+// share a cache line with the read index the host moves as it consumes
+// our sends, and a poller that read that line too would make each of
+// the host's moves fetch it back from the poller's core.
+func (c *Channel) InboundUsage() int { return c.in.r.sharedUsed() }
