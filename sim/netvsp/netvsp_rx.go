@@ -138,10 +138,13 @@ func (q *frameQueue) weightLocked() int { return int(q.weightIn - q.weightOut.Lo
 // A pushBatch pushes a run of frames holding each queue's lock while
 // consecutive frames go to it, and publishes them when it moves to
 // another queue or is done. Not safe for concurrent use; call done when
-// the run ends.
+// the run ends. A nil batch pushes each frame alone (frameQueue.push).
 type pushBatch struct{ q *frameQueue }
 
 func (b *pushBatch) push(q *frameQueue, f []byte, hash uint32, typ rndis.HashInfo, rsc bool, weight int) bool {
+	if b == nil {
+		return q.push(f, hash, typ, rsc, weight)
+	}
 	if b.q != q {
 		b.done()
 		q.mu.Lock()

@@ -323,13 +323,7 @@ func (ss *nicSession) enqueue(cfg *sessCfg, chans []*nicChan, f []byte, segs int
 	if q >= len(chans) || chans[q] == nil {
 		q = 0 // a channel the guest has not opened: the primary
 	}
-	var ok bool
-	if b != nil {
-		ok = b.push(&chans[q].rxq, f, hash, typ, coalesced, max(segs, 1))
-	} else {
-		ok = chans[q].rxq.push(f, hash, typ, coalesced, max(segs, 1))
-	}
-	if ok {
+	if b.push(&chans[q].rxq, f, hash, typ, coalesced, max(segs, 1)) {
 		return true
 	}
 	st.rxDropped.Add(1)
